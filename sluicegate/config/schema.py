@@ -1,0 +1,140 @@
+"""Schema v1 of sluicegate's YAML: what a user may write, with defaults.
+
+The models only describe shape and local rules (types, ranges, URL form).
+Rules that span the document (dangling references, duplicate names) live in
+`validate.py`, so that every problem in a file is reported at once.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class Strict(BaseModel):
+    """Base for every section: unknown keys are errors, values are not coerced across types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+Name = str  # a DNS-label-like identifier, checked by `NAME_PATTERN`
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+
+
+class Listener(Strict):
+    """Where Envoy accepts client traffic."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    address: str = "127.0.0.1"
+    port: int = Field(ge=1, le=65535)
+    # gateway: shared entry point for many apps; sidecar: next to one service.
+    role: Literal["gateway", "sidecar"] = "gateway"
+
+
+class ApiKeySource(Strict):
+    """Where a provider's upstream API key comes from: exactly one of env or file."""
+
+    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    file: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ApiKeySource:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of 'env' or 'file'")
+        return self
+
+
+class Tls(Strict):
+    """Upstream TLS. With an https base_url TLS is on; SNI defaults to the URL's host."""
+
+    sni: str | None = None
+    # PEM bundle to verify the provider's certificate; default: the system CA bundle.
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+
+
+class MockProvider(Strict):
+    """Marks a provider as a mock that `sluicegate up` starts itself (demo, tests, drills)."""
+
+    models: list[str] = Field(default_factory=list)
+    ttft_ms: float = Field(default=80.0, ge=0)
+    itl_ms: float = Field(default=15.0, ge=0)
+    jitter_ms: float = Field(default=0.0, ge=0)
+    output_tokens: int = Field(default=24, ge=1, le=100_000)
+
+
+class Provider(Strict):
+    """An OpenAI-compatible API reachable at base_url."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    base_url: str
+    api_key: ApiKeySource | None = None
+    tls: Tls | None = None
+    # model name the client asks for -> model name this provider knows it by
+    model_map: dict[str, str] = Field(default_factory=dict)
+    mock: MockProvider | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _valid_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError("base_url must start with http:// or https://")
+        if not parts.hostname:
+            raise ValueError("base_url has no host")
+        try:
+            _ = parts.port
+        except ValueError as exc:
+            raise ValueError(f"base_url has a bad port: {exc}") from None
+        if parts.query or parts.fragment:
+            raise ValueError("base_url must not have a query or fragment")
+        return value
+
+
+class Backend(Strict):
+    """One provider serving a route, with its share of traffic."""
+
+    provider: str
+    weight: int = Field(default=1, ge=1, le=1_000_000)
+    # 0 serves first; higher numbers are fallbacks used when lower ones are unhealthy.
+    priority: int = Field(default=0, ge=0, le=10)
+
+
+class Route(Strict):
+    """Requests for some models (optionally under a path prefix) go to these backends."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    models: list[str] = Field(min_length=1)
+    path_prefix: str = Field(default="/v1/", pattern=r"^/")
+    backends: list[Backend] = Field(min_length=1)
+
+
+class Addresses(Strict):
+    """Where sluicegate's own servers listen (quickstart defaults)."""
+
+    xds: str = "127.0.0.1:18000"
+    ext_proc: str = "127.0.0.1:18001"
+    http: str = "127.0.0.1:9100"
+    envoy_admin: str = "127.0.0.1:9901"
+
+
+class Limits(Strict):
+    """Request-path limits that later admission work builds on."""
+
+    # Largest request body the ext_proc filter buffers; above it Envoy answers 413.
+    max_request_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    # How long Envoy waits for the ext_proc server per message.
+    ext_proc_message_timeout_ms: int = Field(default=5_000, ge=10, le=600_000)
+
+
+class Config(Strict):
+    """A whole sluicegate document (schema version 1)."""
+
+    version: Literal[1]
+    sluicegate: Addresses = Field(default_factory=Addresses)
+    limits: Limits = Field(default_factory=Limits)
+    listeners: list[Listener] = Field(min_length=1)
+    providers: list[Provider] = Field(min_length=1)
+    routes: list[Route] = Field(min_length=1)
