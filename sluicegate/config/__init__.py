@@ -1,1 +1,47 @@
-"""sluicegate.config"""
+"""sluicegate.config: the YAML schema, loading, and problems located by file:line.
+
+Other rooms import from here only:
+
+    config = load_config("routes.yaml")            # Config, or ConfigError(problems)
+    keys = resolve_api_keys(config, "routes.yaml")  # provider name -> key or None
+    problems = validate_file("routes.yaml")         # for `sluicegate validate`
+"""
+
+from .addresses import split_host_port
+from .loader import load_config, load_config_text, validate_file, validate_text
+from .problems import ConfigError, Problem, Severity
+from .schema import (
+    Addresses,
+    ApiKeySource,
+    Backend,
+    Config,
+    Limits,
+    Listener,
+    MockProvider,
+    Provider,
+    Route,
+    Tls,
+)
+from .secrets import resolve_api_keys
+
+__all__ = [
+    "Addresses",
+    "ApiKeySource",
+    "Backend",
+    "Config",
+    "ConfigError",
+    "Limits",
+    "Listener",
+    "MockProvider",
+    "Problem",
+    "Provider",
+    "Route",
+    "Severity",
+    "Tls",
+    "load_config",
+    "load_config_text",
+    "resolve_api_keys",
+    "split_host_port",
+    "validate_file",
+    "validate_text",
+]

@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .addresses import is_ip_address, split_host_port
+
 
 class Strict(BaseModel):
     """Base for every section: unknown keys are errors, values are not coerced across types."""
@@ -31,6 +33,16 @@ class Listener(Strict):
     port: int = Field(ge=1, le=65535)
     # gateway: shared entry point for many apps; sidecar: next to one service.
     role: Literal["gateway", "sidecar"] = "gateway"
+
+    @field_validator("address")
+    @classmethod
+    def _ip_address(cls, value: str) -> str:
+        # Envoy binds listeners to IP addresses only; a hostname is NACKed at runtime.
+        if not is_ip_address(value):
+            raise ValueError(
+                f"address must be an IP address such as 127.0.0.1 or ::, got {value!r}"
+            )
+        return value
 
 
 class ApiKeySource(Strict):
@@ -90,6 +102,9 @@ class Provider(Strict):
             raise ValueError(f"base_url has a bad port: {exc}") from None
         if parts.query or parts.fragment:
             raise ValueError("base_url must not have a query or fragment")
+        if parts.username is not None or parts.password is not None:
+            # Never echo the URL: the user part may be a credential.
+            raise ValueError("base_url must not contain user:password@; use api_key instead")
         return value
 
 
@@ -110,6 +125,13 @@ class Route(Strict):
     path_prefix: str = Field(default="/v1/", pattern=r"^/")
     backends: list[Backend] = Field(min_length=1)
 
+    @field_validator("models")
+    @classmethod
+    def _non_empty_models(cls, value: list[str]) -> list[str]:
+        if any(not model.strip() for model in value):
+            raise ValueError("model names must not be empty")
+        return value
+
 
 class Addresses(Strict):
     """Where sluicegate's own servers listen (quickstart defaults)."""
@@ -118,6 +140,12 @@ class Addresses(Strict):
     ext_proc: str = "127.0.0.1:18001"
     http: str = "127.0.0.1:9100"
     envoy_admin: str = "127.0.0.1:9901"
+
+    @field_validator("xds", "ext_proc", "http", "envoy_admin")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        split_host_port(value)  # raises ValueError with the reason
+        return value
 
 
 class Limits(Strict):

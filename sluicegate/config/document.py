@@ -1,0 +1,145 @@
+"""The parts of a document that passed schema validation, with their list positions.
+
+Cross-document rules run on a `Document` rather than on `Config`, so that a file
+with one malformed provider still gets its routes, names and addresses checked:
+every problem in a file is reported in one go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .schema import Addresses, Config, Listener, Provider, Route
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class BackendRef:
+    """`routes[route].backends[backend].provider` names `provider`."""
+
+    route: int
+    route_name: str
+    backend: int
+    provider: str
+
+
+@dataclass(frozen=True)
+class Document:
+    """Valid entries of each section, each with its index in the YAML list."""
+
+    # sluicegate.* fields that are valid (defaults included), by field name
+    addresses: Mapping[str, str]
+    listeners: tuple[tuple[int, Listener], ...]
+    providers: tuple[tuple[int, Provider], ...]
+    routes: tuple[tuple[int, Route], ...]
+    # Every backend whose provider is a string, even in routes that failed validation.
+    backends: tuple[BackendRef, ...]
+    # Every name written in each section ("listeners", "providers", "routes") with its
+    # index, even on entries that failed validation: a route naming a broken provider
+    # is not also told the name is unknown, and duplicate names are always found.
+    names: Mapping[str, tuple[tuple[int, str], ...]]
+    # False when some listener, provider or route failed validation: rules that need
+    # the whole picture (e.g. "no route uses this provider") must then stay quiet.
+    complete: bool
+
+    @property
+    def provider_names(self) -> tuple[str, ...]:
+        return tuple(name for _, name in self.names["providers"])
+
+    @classmethod
+    def from_config(cls, config: Config) -> Document:
+        return cls(
+            addresses=config.sluicegate.model_dump(),
+            listeners=tuple(enumerate(config.listeners)),
+            providers=tuple(enumerate(config.providers)),
+            routes=tuple(enumerate(config.routes)),
+            backends=tuple(
+                BackendRef(r, route.name, b, backend.provider)
+                for r, route in enumerate(config.routes)
+                for b, backend in enumerate(route.backends)
+            ),
+            names={
+                "listeners": tuple(enumerate(x.name for x in config.listeners)),
+                "providers": tuple(enumerate(x.name for x in config.providers)),
+                "routes": tuple(enumerate(x.name for x in config.routes)),
+            },
+            complete=True,
+        )
+
+    @classmethod
+    def salvage(cls, data: Mapping[object, object]) -> Document:
+        """Validate each entry (and each sluicegate address) on its own, keeping those that pass."""
+        raw = {name: _items(data.get(name)) for name in ("listeners", "providers", "routes")}
+        listeners = _valid_items(Listener, raw["listeners"])
+        providers = _valid_items(Provider, raw["providers"])
+        routes = _valid_items(Route, raw["routes"])
+        valid = len(listeners) + len(providers) + len(routes)
+        return cls(
+            addresses=_valid_addresses(data.get("sluicegate", {})),
+            listeners=listeners,
+            providers=providers,
+            routes=routes,
+            backends=tuple(_backend_refs(raw["routes"])),
+            names={section: tuple(_names(items)) for section, items in raw.items()},
+            complete=valid == sum(len(items) for items in raw.values()),
+        )
+
+
+def _names(items: list[dict[object, object]]) -> Iterator[tuple[int, str]]:
+    for index, item in enumerate(items):
+        name = item.get("name")
+        if isinstance(name, str):
+            yield index, name
+
+
+def _items(raw: object) -> list[dict[object, object]]:
+    """Mapping entries of a section list (other entries can only fail validation)."""
+    if not isinstance(raw, list):
+        return []
+    return [item if isinstance(item, dict) else {} for item in raw]
+
+
+def _valid(model: type[_M], raw: object) -> _M | None:
+    try:
+        return model.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def _valid_items(model: type[_M], items: list[dict[object, object]]) -> tuple[tuple[int, _M], ...]:
+    valid = ((index, _valid(model, item)) for index, item in enumerate(items))
+    return tuple((index, item) for index, item in valid if item is not None)
+
+
+def _valid_addresses(raw: object) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        return {}
+    addresses: dict[str, str] = {}
+    for name, default in Addresses().model_dump().items():
+        checked = _valid(Addresses, {name: raw[name]}) if name in raw else None
+        if name not in raw:
+            addresses[name] = default
+        elif checked is not None:
+            addresses[name] = getattr(checked, name)
+    return addresses
+
+
+def _backend_refs(routes: list[dict[object, object]]) -> list[BackendRef]:
+    refs = []
+    for r, route in enumerate(routes):
+        name = route.get("name")
+        backends = route.get("backends")
+        if not isinstance(backends, list):
+            continue
+        if not isinstance(name, str):
+            name = f"routes[{r}]"
+        for b, backend in enumerate(backends):
+            provider = backend.get("provider") if isinstance(backend, dict) else None
+            if isinstance(provider, str):
+                refs.append(BackendRef(r, name, b, provider))
+    return refs

@@ -1,0 +1,100 @@
+"""Upstream API keys: read from the environment or from a file next to the YAML.
+
+Messages name the variable or file, never the key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from .problems import ConfigError, Problem
+from .schema import Config, Provider
+from .source import Locator, SourceMap, parse_yaml
+
+
+def resolve_api_keys(
+    config: Config,
+    source_file: str | os.PathLike[str],
+    env: Mapping[str, str] = os.environ,
+) -> dict[str, str | None]:
+    """Provider name -> API key (None for providers without `api_key`).
+
+    `api_key.file` is relative to the directory of `source_file`. Raises ConfigError,
+    located at each failing provider's `api_key`, when a key cannot be read.
+    """
+    at = Locator(os.fspath(source_file), _source_map(source_file))
+    keys, problems = read_api_keys(enumerate(config.providers), at, env)
+    if problems:
+        raise ConfigError(problems)
+    return keys
+
+
+def read_api_keys(
+    providers: Iterable[tuple[int, Provider]],
+    at: Locator,
+    env: Mapping[str, str],
+) -> tuple[dict[str, str | None], list[Problem]]:
+    """Keys of `providers` (index in the YAML, provider) and a problem for each unreadable one."""
+    base_dir = Path(at.file).parent
+    keys: dict[str, str | None] = {}
+    problems: list[Problem] = []
+    for index, provider in providers:
+        source = provider.api_key
+        if source is None:
+            keys[provider.name] = None
+            continue
+        if source.env is not None:
+            path = ("providers", index, "api_key", "env")
+            key, trouble = _from_env(source.env, env)
+        elif source.file is not None:
+            path = ("providers", index, "api_key", "file")
+            key, trouble = _from_file(source.file, base_dir)
+        else:  # ApiKeySource allows neither; kept for type narrowing
+            keys[provider.name] = None
+            continue
+        if trouble is not None:
+            problems.append(at.error(path, f"{trouble} (API key of provider '{provider.name}')"))
+        keys[provider.name] = key
+    return keys, problems
+
+
+def _from_env(name: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    raw = env.get(name)
+    if raw is None:
+        return None, f"environment variable {name} is not set"
+    return _checked(raw, f"environment variable {name}")
+
+
+def _from_file(name: str, base_dir: Path) -> tuple[str | None, str | None]:
+    path = Path(name).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    label = f"key file '{name}'" + ("" if str(path) == name else f" ({path})")
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return None, f"{label} is not UTF-8 text"
+    except OSError as exc:
+        return None, f"cannot read {label}: {exc.strerror or type(exc).__name__}"
+    return _checked(raw, label)
+
+
+def _checked(raw: str, label: str) -> tuple[str | None, str | None]:
+    key = raw.strip()
+    if not key:
+        return None, f"{label} is empty"
+    if any(ch.isspace() or not ch.isprintable() for ch in key):
+        # A newline or control character would corrupt the Authorization header.
+        return None, f"{label} holds whitespace or control characters inside the key"
+    return key, None
+
+
+def _source_map(source_file: str | os.PathLike[str]) -> SourceMap:
+    """Key lines of the file, for messages; empty when it cannot be read again."""
+    try:
+        text = Path(source_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return SourceMap()
+    return parse_yaml(text, os.fspath(source_file)).source

@@ -1,0 +1,121 @@
+"""API keys from the environment and from files next to the YAML; never leaked."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sluicegate.config import ConfigError, load_config, resolve_api_keys, validate_file
+
+from .helpers import FIXTURES, MINIMAL
+
+SECRET = "sk-test-DO-NOT-LEAK"
+
+
+def _write(tmp_path: Path, api_key: str, extra: str = "") -> Path:
+    text = MINIMAL.replace(
+        "    base_url: http://127.0.0.1:18081/v1\n",
+        f"    base_url: http://127.0.0.1:18081/v1\n    api_key: {api_key}\n",
+    )
+    path = tmp_path / "conf" / "routes.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + extra)
+    return path
+
+
+def test_keys_from_env_and_relative_file(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES, tmp_path / "fx")
+    path = tmp_path / "fx" / "valid.yaml"
+    keys = resolve_api_keys(load_config(path), path, env={"ALPHA_API_KEY": f"  {SECRET}\n"})
+    assert keys == {"alpha": SECRET, "beta": "beta-test-key"}
+
+
+def test_provider_without_api_key_maps_to_none(tmp_path: Path) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(MINIMAL)
+    assert resolve_api_keys(load_config(path), path, env={}) == {"alpha": None}
+
+
+def test_key_file_relative_to_yaml_not_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path, "{file: secret/alpha.key}")
+    (path.parent / "secret").mkdir()
+    (path.parent / "secret" / "alpha.key").write_text(SECRET + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_api_keys(load_config(path), path, env={}) == {"alpha": SECRET}
+
+
+def test_absolute_key_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "abs.key"
+    key_file.write_text(SECRET)
+    path = _write(tmp_path, f"{{file: '{key_file}'}}")
+    assert resolve_api_keys(load_config(path), path, env={}) == {"alpha": SECRET}
+
+
+def test_missing_env_is_located_and_not_leaked(tmp_path: Path) -> None:
+    path = _write(tmp_path, "\n      env: ALPHA_KEY")
+    config = load_config(path)
+    with pytest.raises(ConfigError) as caught:
+        resolve_api_keys(config, path, env={"OTHER": SECRET})
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.line, problem.key_path) == (
+        str(path),
+        9,
+        "providers[0].api_key.env",
+    )
+    assert problem.message == (
+        "environment variable ALPHA_KEY is not set (API key of provider 'alpha')"
+    )
+    assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("   \n", "is empty"),
+        (f"{SECRET}\nsecond-line\n", "holds whitespace or control characters inside the key"),
+        (f"{SECRET[:5]} {SECRET[5:]}", "holds whitespace or control characters inside the key"),
+    ],
+)
+def test_bad_key_file_contents(tmp_path: Path, content: str, message: str) -> None:
+    path = _write(tmp_path, "{file: alpha.key}")
+    (path.parent / "alpha.key").write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        resolve_api_keys(load_config(path), path, env={})
+    (problem,) = caught.value.problems
+    assert (problem.line, problem.key_path) == (8, "providers[0].api_key.file")
+    assert message in problem.message
+    assert SECRET not in str(caught.value)
+    assert SECRET[:5] not in str(caught.value)
+
+
+def test_unreadable_key_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "{file: missing.key}")
+    with pytest.raises(ConfigError) as caught:
+        resolve_api_keys(load_config(path), path, env={})
+    message = caught.value.problems[0].message
+    assert message.startswith("cannot read key file 'missing.key' (")
+    assert "No such file or directory" in message
+
+
+def test_empty_env_var(tmp_path: Path) -> None:
+    path = _write(tmp_path, "{env: ALPHA_KEY}")
+    with pytest.raises(ConfigError, match="environment variable ALPHA_KEY is empty"):
+        resolve_api_keys(load_config(path), path, env={"ALPHA_KEY": ""})
+
+
+def test_validate_file_reports_secret_and_schema_problems_together(tmp_path: Path) -> None:
+    path = _write(tmp_path, "{env: ALPHA_KEY}", extra="  - name: broken\n")
+    problems = validate_file(path, env={})
+    assert [(p.line, p.key_path) for p in problems] == [
+        (8, "providers[0].api_key.env"),
+        (14, "routes[1].models"),
+        (14, "routes[1].backends"),
+    ]
+    assert validate_file(path, env={}, check_secrets=False)[0].key_path == "routes[1].models"
+
+
+def test_validate_file_with_keys_present(tmp_path: Path) -> None:
+    path = _write(tmp_path, "{env: ALPHA_KEY}")
+    assert validate_file(path, env={"ALPHA_KEY": SECRET}) == []
