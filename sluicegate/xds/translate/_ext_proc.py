@@ -1,0 +1,72 @@
+"""The two ext_proc filter configs: downstream "routing" and upstream per-attempt "attempt".
+
+Both call the same gRPC cluster; the `x-sluicegate-stage` initial metadata tells the
+server which one is calling. Both send the request headers and the buffered request body,
+and skip everything on the response side (each enabled phase is one more round trip to
+Python, DESIGN.md "on the hot path").
+
+Request headers must be SENT, although the model is in the body. Checked on Envoy 1.40:
+with request_header_mode SKIP the filter lets the headers continue at once, so
+- downstream, the router acts on the route matched *before* the body (the catch-all 404)
+  and ext_proc never sees the body;
+- upstream, the headers leave for the provider before the body is processed: `:path` can
+  no longer change and a renamed model's body goes out with the old length (chunked).
+With SEND, Envoy holds the headers until the buffered body has been answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from envoy.config.core.v3 import base_pb2, grpc_service_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2, processing_mode_pb2
+
+from sluicegate import wire
+
+from ._proto import duration_ms
+from .ir import LimitsIR
+
+EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
+
+# How much longer than message_timeout the server may ask Envoy to wait for one message
+# (override_message_timeout), e.g. while a request waits in the admission queue.
+MAX_MESSAGE_TIMEOUT_FACTOR = 10
+
+_Mode = processing_mode_pb2.ProcessingMode
+
+
+def request_only_mode() -> processing_mode_pb2.ProcessingMode:
+    """Request headers and buffered request body. Explicit values, so Envoy's defaults
+    (which also send response headers) never apply by omission."""
+    return _Mode(
+        request_header_mode=_Mode.SEND,
+        response_header_mode=_Mode.SKIP,
+        request_body_mode=_Mode.BUFFERED,
+        response_body_mode=_Mode.NONE,
+        request_trailer_mode=_Mode.SKIP,
+        response_trailer_mode=_Mode.SKIP,
+    )
+
+
+def ext_proc_config(
+    stage: str, limits: LimitsIR, request_attributes: Sequence[str] = ()
+) -> ext_proc_pb2.ExternalProcessor:
+    """An ExternalProcessor for `stage` (wire.STAGE_ROUTING or wire.STAGE_ATTEMPT).
+
+    failure_mode_allow is false: a request the filter could not inspect (keys, limits,
+    model routing) must not reach a provider. message_timeout comes from the config
+    because Envoy's 200 ms default is shorter than any queue wait.
+    """
+    timeout_ms = limits.ext_proc_message_timeout_ms
+    return ext_proc_pb2.ExternalProcessor(
+        grpc_service=grpc_service_pb2.GrpcService(
+            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=wire.EXT_PROC_CLUSTER),
+            initial_metadata=[base_pb2.HeaderValue(key=wire.STAGE_METADATA_KEY, value=stage)],
+        ),
+        processing_mode=request_only_mode(),
+        request_attributes=list(request_attributes),
+        message_timeout=duration_ms(timeout_ms),
+        max_message_timeout=duration_ms(timeout_ms * MAX_MESSAGE_TIMEOUT_FACTOR),
+        failure_mode_allow=False,
+        allow_mode_override=False,
+    )

@@ -1,0 +1,91 @@
+"""Endpoints: a route's providers as the hosts of its cluster.
+
+Each provider is one LbEndpoint in a locality of its own (`zone` = provider name), grouped
+by backend priority (fallback order). The provider's weight is set on the locality, and
+the cluster enables locality-weighted balancing: with a DNS cluster a host name resolving
+to N addresses becomes N hosts, and host weights alone would give that provider N times
+its share. The LbEndpoint carries the same weight, which is exact for single-address
+providers and keeps the intent visible in config_dump.
+
+Endpoint metadata, namespace wire.METADATA_NAMESPACE, is what the per-attempt upstream
+filters read once Envoy has picked a host: `provider`, `authorization` (only when the
+provider has a key), `path_prefix`, and `model_map` (only this route's renamed models).
+Namespace `envoy.transport_socket_match` selects the provider's TLS settings.
+
+The same ClusterLoadAssignment is either pushed over EDS (IP-literal hosts) or inlined
+into a DNS cluster (clusters.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envoy.config.core.v3 import address_pb2, base_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec
+from envoy.config.endpoint.v3 import endpoint_pb2
+from google.protobuf import wrappers_pb2
+
+from sluicegate import wire
+
+from ._proto import struct
+from .ir import BackendIR, GatewayIR, RouteIR
+
+TRANSPORT_SOCKET_MATCH = "envoy.transport_socket_match"
+TRANSPORT_MATCH_KEY = "provider"
+
+
+def build_endpoints(ir: GatewayIR) -> list[endpoint_pb2.ClusterLoadAssignment]:
+    """ClusterLoadAssignments for the EDS clusters, sorted by cluster name."""
+    assignments = [load_assignment(route) for route in ir.routes if route.uses_eds]
+    return sorted(assignments, key=lambda item: item.cluster_name)
+
+
+def load_assignment(route: RouteIR) -> endpoint_pb2.ClusterLoadAssignment:
+    """The route's providers as localities, sorted by (priority, provider name)."""
+    return endpoint_pb2.ClusterLoadAssignment(
+        cluster_name=route.cluster_name,
+        endpoints=[
+            ec.LocalityLbEndpoints(
+                locality=base_pb2.Locality(zone=backend.provider.name),
+                priority=backend.priority,
+                load_balancing_weight=wrappers_pb2.UInt32Value(value=backend.weight),
+                lb_endpoints=[_lb_endpoint(route, backend)],
+            )
+            for backend in route.backends
+        ],
+    )
+
+
+def endpoint_metadata(route: RouteIR, backend: BackendIR) -> dict[str, Any]:
+    """The facts a per-attempt filter needs about the chosen provider."""
+    provider = backend.provider
+    values: dict[str, Any] = {
+        wire.META_PROVIDER: provider.name,
+        wire.META_PATH_PREFIX: provider.path_prefix,
+    }
+    if provider.authorization:
+        values[wire.META_AUTHORIZATION] = provider.authorization
+    model_map = route.model_map_for(provider)
+    if model_map:
+        values[wire.META_MODEL_MAP] = model_map
+    return values
+
+
+def _lb_endpoint(route: RouteIR, backend: BackendIR) -> ec.LbEndpoint:
+    provider = backend.provider
+    filter_metadata = {wire.METADATA_NAMESPACE: struct(endpoint_metadata(route, backend))}
+    if provider.tls is not None:
+        filter_metadata[TRANSPORT_SOCKET_MATCH] = struct({TRANSPORT_MATCH_KEY: provider.name})
+    return ec.LbEndpoint(
+        endpoint=ec.Endpoint(
+            address=address_pb2.Address(
+                socket_address=address_pb2.SocketAddress(
+                    address=provider.host, port_value=provider.port
+                )
+            ),
+            # auto_host_rewrite sends this as Host on each attempt.
+            hostname=provider.authority,
+        ),
+        load_balancing_weight=wrappers_pb2.UInt32Value(value=backend.weight),
+        metadata=base_pb2.Metadata(filter_metadata=filter_metadata),
+    )

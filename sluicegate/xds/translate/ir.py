@@ -1,0 +1,323 @@
+"""The gateway's intermediate representation: config facts resolved once, before any protobuf.
+
+`build_ir` turns a validated `Config` plus the resolved API keys into frozen dataclasses
+that already hold every derived fact the Envoy resources need (ports, URL path prefixes,
+normalised route prefixes, per-route rewriting needs). Each resource module then only
+*formats*; no module re-parses URLs or re-derives a rule, so the rules live in one place
+and the unit tests can check them without looking at protobuf.
+
+Everything here is pure: no environment, no files, no clock. Keys arrive in `api_keys`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from sluicegate.config.schema import Config, Provider, Route
+
+Role = Literal["gateway", "sidecar"]
+Scheme = Literal["http", "https"]
+
+# Used when a provider's TLS section names no CA bundle (Debian/Ubuntu location).
+SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+
+CLUSTER_PREFIX = "route-"
+LISTENER_PREFIX = "listener-"
+ROUTE_CONFIG_PREFIX = "routes-"
+
+
+class TranslateError(ValueError):
+    """The config cannot be expressed as Envoy resources (a rule spanning several sections)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsIR:
+    """Upstream TLS for one provider.
+
+    `sni` is None only for an IP-literal host without an explicit SNI: a TLS client
+    must not send an IP address as SNI (RFC 6066 §3). `verify_name` is what the
+    certificate's subjectAltName must match; `ca_file` None means no verification.
+    """
+
+    sni: str | None
+    verify_name: str
+    verify_is_ip: bool
+    ca_file: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderIR:
+    """One OpenAI-compatible upstream, with its URL already taken apart."""
+
+    name: str
+    scheme: Scheme
+    host: str  # lower-case, IPv6 without brackets
+    port: int  # explicit or the scheme's default
+    path_prefix: str  # URL path without trailing slash: "/v1", "/api/paas/v4" or ""
+    authorization: str | None  # "Bearer <key>", or None when the provider takes no key
+    model_map: tuple[tuple[str, str], ...]  # (client model, provider model), sorted
+    tls: TlsIR | None  # set exactly when scheme is https
+
+    @property
+    def is_ip(self) -> bool:
+        """IP literal hosts need no DNS, so their routes can use EDS."""
+        return _is_ip(self.host)
+
+    @property
+    def authority(self) -> str:
+        """The Host header an HTTP client would send: the port only when not the default."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+    def upstream_model(self, model: str) -> str:
+        """The name this provider knows `model` by."""
+        return dict(self.model_map).get(model, model)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendIR:
+    provider: ProviderIR
+    weight: int
+    priority: int  # dense rank within the route: 0, 1, 2 … (config may skip numbers)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteIR:
+    """Requests for `models` under `path_prefix`, served by one cluster of providers."""
+
+    name: str
+    models: tuple[str, ...]
+    # Always ends with "/": the prefix is a directory, so "/openai" does not match
+    # "/openaiX" and the rewrite to a provider's prefix can keep the slash.
+    path_prefix: str
+    backends: tuple[BackendIR, ...]  # sorted by (priority, provider name)
+
+    @property
+    def cluster_name(self) -> str:
+        return f"{CLUSTER_PREFIX}{self.name}"
+
+    @property
+    def uses_eds(self) -> bool:
+        """EDS when every host is an IP literal; otherwise Envoy resolves names (DNS)."""
+        return all(backend.provider.is_ip for backend in self.backends)
+
+    @property
+    def shared_upstream_prefix(self) -> str | None:
+        """The providers' common URL path prefix, or None when they differ."""
+        prefixes = {backend.provider.path_prefix for backend in self.backends}
+        return prefixes.pop() if len(prefixes) == 1 else None
+
+    @property
+    def prefix_rewrite(self) -> str | None:
+        """What the route rewrites `path_prefix` to, or None for no route-level rewrite.
+
+        Only possible when all providers share a prefix: the route is chosen before the
+        host, so a per-provider prefix must be applied per attempt (upstream ext_proc).
+        """
+        shared = self.shared_upstream_prefix
+        if shared is None:
+            return None
+        target = f"{shared}/"
+        return None if target == self.path_prefix else target
+
+    @property
+    def renames_models(self) -> bool:
+        """Some provider knows one of this route's models by another name."""
+        return any(
+            backend.provider.upstream_model(model) != model
+            for backend in self.backends
+            for model in self.models
+        )
+
+    @property
+    def needs_attempt_processing(self) -> bool:
+        """Per-provider rewriting that only the attempt-stage ext_proc can do."""
+        return self.renames_models or self.shared_upstream_prefix is None
+
+    @property
+    def has_authorization(self) -> bool:
+        return any(backend.provider.authorization for backend in self.backends)
+
+    def model_map_for(self, provider: ProviderIR) -> dict[str, str]:
+        """The provider's renames restricted to this route's models (nothing else leaks)."""
+        return {
+            model: provider.upstream_model(model)
+            for model in self.models
+            if provider.upstream_model(model) != model
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerIR:
+    name: str
+    address: str
+    port: int
+    role: Role
+
+    @property
+    def resource_name(self) -> str:
+        return f"{LISTENER_PREFIX}{self.name}"
+
+    @property
+    def route_config_name(self) -> str:
+        return f"{ROUTE_CONFIG_PREFIX}{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsIR:
+    max_request_body_bytes: int
+    ext_proc_message_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayIR:
+    """Everything the Envoy resources are made from. Listeners and providers are sorted by
+    name; routes keep config order because the first matching route wins."""
+
+    listeners: tuple[ListenerIR, ...]
+    providers: tuple[ProviderIR, ...]
+    routes: tuple[RouteIR, ...]
+    limits: LimitsIR
+
+    @property
+    def path_prefixes(self) -> tuple[str, ...]:
+        """Distinct route prefixes, sorted: each gets its own `<prefix>models` listing."""
+        return tuple(sorted({route.path_prefix for route in self.routes}))
+
+
+def build_ir(config: Config, api_keys: Mapping[str, str | None]) -> GatewayIR:
+    """Resolve `config` into a `GatewayIR`.
+
+    `api_keys` maps a provider name to its resolved key (the loader reads env vars and
+    files; translation stays pure). A provider whose key is absent, None or empty gets
+    no Authorization header upstream, and the client's own header is removed either way.
+
+    Raises `TranslateError` for input the schema alone cannot reject: a backend naming
+    an unknown provider, one provider twice in a route, one model routed twice under the
+    same prefix (the second route could never match), a key with control characters.
+    """
+    providers = {p.name: _provider_ir(p, api_keys.get(p.name)) for p in config.providers}
+    if len(providers) != len(config.providers):
+        raise TranslateError("provider names must be unique")
+    routes = tuple(_route_ir(route, providers) for route in config.routes)
+    _check_route_names(routes)
+    _check_model_conflicts(routes)
+    listeners = tuple(
+        sorted(
+            (ListenerIR(x.name, x.address, x.port, x.role) for x in config.listeners),
+            key=lambda item: item.name,
+        )
+    )
+    if len({item.name for item in listeners}) != len(listeners):
+        raise TranslateError("listener names must be unique")
+    return GatewayIR(
+        listeners=listeners,
+        providers=tuple(providers[name] for name in sorted(providers)),
+        routes=routes,
+        limits=LimitsIR(
+            max_request_body_bytes=config.limits.max_request_body_bytes,
+            ext_proc_message_timeout_ms=config.limits.ext_proc_message_timeout_ms,
+        ),
+    )
+
+
+def normalize_path_prefix(prefix: str) -> str:
+    """Treat a prefix as a directory: "/v1" and "/v1/" both become "/v1/"; "/" stays "/"."""
+    return prefix.rstrip("/") + "/"
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _provider_ir(provider: Provider, key: str | None) -> ProviderIR:
+    parts = urlsplit(provider.base_url)
+    scheme: Scheme = "https" if parts.scheme == "https" else "http"
+    host = parts.hostname or ""
+    port = parts.port or (443 if scheme == "https" else 80)
+    authorization = None
+    if key is not None and key.strip():
+        key = key.strip()
+        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in key):
+            raise TranslateError(f"provider {provider.name!r}: API key has control characters")
+        authorization = f"Bearer {key}"
+    tls = None
+    if scheme == "https":
+        settings = provider.tls
+        sni = settings.sni if settings and settings.sni else (None if _is_ip(host) else host)
+        verify_name = sni or host
+        skip = bool(settings and settings.insecure_skip_verify)
+        tls = TlsIR(
+            sni=sni,
+            verify_name=verify_name,
+            verify_is_ip=_is_ip(verify_name),
+            ca_file=None if skip else ((settings and settings.ca_file) or SYSTEM_CA_FILE),
+        )
+    return ProviderIR(
+        name=provider.name,
+        scheme=scheme,
+        host=host,
+        port=port,
+        path_prefix=parts.path.rstrip("/"),
+        authorization=authorization,
+        model_map=tuple(sorted(provider.model_map.items())),
+        tls=tls,
+    )
+
+
+def _route_ir(route: Route, providers: Mapping[str, ProviderIR]) -> RouteIR:
+    seen: set[str] = set()
+    for backend in route.backends:
+        if backend.provider not in providers:
+            raise TranslateError(
+                f"route {route.name!r}: backend names unknown provider {backend.provider!r}"
+            )
+        if backend.provider in seen:
+            raise TranslateError(
+                f"route {route.name!r}: provider {backend.provider!r} is listed twice"
+            )
+        seen.add(backend.provider)
+    # Dense priorities: Envoy would otherwise create empty priority levels for the gaps.
+    levels = sorted({backend.priority for backend in route.backends})
+    ranks = {priority: rank for rank, priority in enumerate(levels)}
+    backends = sorted(
+        (
+            BackendIR(providers[b.provider], weight=b.weight, priority=ranks[b.priority])
+            for b in route.backends
+        ),
+        key=lambda b: (b.priority, b.provider.name),
+    )
+    return RouteIR(
+        name=route.name,
+        models=tuple(dict.fromkeys(route.models)),
+        path_prefix=normalize_path_prefix(route.path_prefix),
+        backends=tuple(backends),
+    )
+
+
+def _check_route_names(routes: tuple[RouteIR, ...]) -> None:
+    names = [route.name for route in routes]
+    if len(set(names)) != len(names):
+        raise TranslateError("route names must be unique")
+
+
+def _check_model_conflicts(routes: tuple[RouteIR, ...]) -> None:
+    owner: dict[tuple[str, str], str] = {}
+    for route in routes:
+        for model in route.models:
+            key = (route.path_prefix, model)
+            if key in owner:
+                raise TranslateError(
+                    f"model {model!r} under {route.path_prefix!r} is served by routes "
+                    f"{owner[key]!r} and {route.name!r}; only the first could ever match"
+                )
+            owner[key] = route.name

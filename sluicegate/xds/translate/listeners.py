@@ -1,0 +1,227 @@
+"""Listeners: one per config listener, each an HTTP connection manager fed routes over RDS.
+
+Filter chain: ext_proc (routing stage) → router. The routing stage reads the buffered
+body, sets the model header and clears the route cache, so the request re-matches a
+per-model route (routes.py). Because the body is buffered by ext_proc, the listener's
+per-connection buffer limit is the request body limit: above it Envoy answers 413.
+
+`local_reply_config` makes every reply Envoy makes itself (404 catch-all, 413, 503, 504,
+ext_proc failure 500) an OpenAI error object. Local replies that are *already* JSON
+(direct responses such as `/v1/models`, the filter's immediate responses) also pass through
+`local_reply_config` in Envoy, so the first mapper recognises them by their
+`content-type: application/json` response header (a CEL filter; checked on Envoy 1.40,
+where the plain access-log filters cannot see response headers) and passes the body
+through unchanged. Whoever answers with JSON must therefore set that content type.
+"""
+
+from __future__ import annotations
+
+from envoy.config.accesslog.v3 import accesslog_pb2
+from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
+from envoy.config.core.v3 import (
+    address_pb2,
+    base_pb2,
+    config_source_pb2,
+    extension_pb2,
+    substitution_format_string_pb2,
+)
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.extensions.formatter.req_without_query.v3 import req_without_query_pb2
+from envoy.extensions.http.early_header_mutation.header_mutation.v3 import (
+    header_mutation_pb2 as early_header_mutation_pb2,
+)
+from google.protobuf import wrappers_pb2
+
+from sluicegate import wire
+
+from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
+from ._proto import duration_s, pack, struct
+from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
+from .ir import GatewayIR, LimitsIR, ListenerIR
+
+HCM_FILTER = "envoy.filters.network.http_connection_manager"
+ROUTER_FILTER = "envoy.filters.http.router"
+STREAM_IDLE_TIMEOUT_S = 300
+
+# The first local-reply mapper: replies that already carry a JSON body are left alone.
+JSON_REPLY_EXPRESSION = (
+    "'content-type' in response.headers"
+    " && response.headers['content-type'].startsWith('application/json')"
+)
+_JSON = "application/json"
+
+
+def build_listeners(ir: GatewayIR) -> list[listener_pb2.Listener]:
+    """One Listener per config listener, sorted by name."""
+    return [_listener(listener, ir.limits) for listener in ir.listeners]
+
+
+def _listener(listener: ListenerIR, limits: LimitsIR) -> listener_pb2.Listener:
+    return listener_pb2.Listener(
+        name=listener.resource_name,
+        address=address_pb2.Address(
+            socket_address=address_pb2.SocketAddress(
+                address=listener.address, port_value=listener.port
+            )
+        ),
+        per_connection_buffer_limit_bytes=wrappers_pb2.UInt32Value(
+            value=limits.max_request_body_bytes
+        ),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[
+                    listener_components_pb2.Filter(
+                        name=HCM_FILTER,
+                        typed_config=pack(_http_connection_manager(listener, limits)),
+                    )
+                ]
+            )
+        ],
+    )
+
+
+def _http_connection_manager(
+    listener: ListenerIR, limits: LimitsIR
+) -> hcm_pb2.HttpConnectionManager:
+    return hcm_pb2.HttpConnectionManager(
+        stat_prefix=listener.name,
+        rds=hcm_pb2.Rds(
+            config_source=config_source_pb2.ConfigSource(
+                ads=config_source_pb2.AggregatedConfigSource(),
+                resource_api_version=config_source_pb2.V3,
+            ),
+            route_config_name=listener.route_config_name,
+        ),
+        # A gateway is the edge: trust the peer address, not client-sent XFF. A sidecar
+        # sits behind its app and keeps the app's headers.
+        use_remote_address=wrappers_pb2.BoolValue(value=listener.role == "gateway"),
+        # LLM streams pause for long (reasoning models); say the 5 min idle limit out loud
+        # and never cap a whole request's time here (route timeouts own that).
+        stream_idle_timeout=duration_s(STREAM_IDLE_TIMEOUT_S),
+        request_timeout=duration_s(0),
+        # "/v1/../admin" or "//v1" must not dodge the route prefixes.
+        normalize_path=wrappers_pb2.BoolValue(value=True),
+        merge_slashes=True,
+        early_header_mutation_extensions=[_strip_internal_headers()],
+        http_filters=[
+            hcm_pb2.HttpFilter(
+                name=EXT_PROC_FILTER,
+                typed_config=pack(ext_proc_config(wire.STAGE_ROUTING, limits)),
+            ),
+            hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=pack(router_pb2.Router())),
+        ],
+        local_reply_config=local_reply_config(limits),
+    )
+
+
+def _strip_internal_headers() -> extension_pb2.TypedExtensionConfig:
+    """Remove a client-sent model header before routing and before any filter.
+
+    Routes match on wire.MODEL_HEADER, which only the routing stage may set. A request
+    without a body never reaches ext_proc (body-only mode), so a client that sent the
+    header itself would otherwise be routed to a provider without any check.
+    """
+    return extension_pb2.TypedExtensionConfig(
+        name="envoy.http.early_header_mutation.header_mutation",
+        typed_config=pack(
+            early_header_mutation_pb2.HeaderMutation(
+                mutations=[mutation_rules_pb2.HeaderMutation(remove=wire.MODEL_HEADER)]
+            )
+        ),
+    )
+
+
+def local_reply_config(limits: LimitsIR) -> hcm_pb2.LocalReplyConfig:
+    """OpenAI error bodies for Envoy's own replies; JSON replies pass through unchanged."""
+    mappers = [_json_passthrough_mapper()]
+    for error in LOCAL_REPLY_ERRORS:
+        if error.status == 413:
+            error = LocalReplyError(
+                413,
+                error.type,
+                error.code,
+                f"Request body is larger than the gateway's limit of "
+                f"{limits.max_request_body_bytes} bytes",
+            )
+        mappers.append(
+            hcm_pb2.ResponseMapper(
+                filter=_status_filter(error.status, error.status),
+                body_format_override=_error_format(error.message, error.type, error.code),
+            )
+        )
+    mappers.append(
+        hcm_pb2.ResponseMapper(
+            filter=_status_filter(400, 499),
+            body_format_override=_error_format("%LOCAL_REPLY_BODY%", "invalid_request_error", None),
+        )
+    )
+    return hcm_pb2.LocalReplyConfig(
+        mappers=mappers,
+        body_format=_error_format("%LOCAL_REPLY_BODY%", "server_error", None),
+    )
+
+
+def _json_passthrough_mapper() -> hcm_pb2.ResponseMapper:
+    return hcm_pb2.ResponseMapper(
+        filter=accesslog_pb2.AccessLogFilter(
+            extension_filter=accesslog_pb2.ExtensionFilter(
+                name="envoy.access_loggers.extension_filters.cel",
+                typed_config=pack(cel_pb2.ExpressionFilter(expression=JSON_REPLY_EXPRESSION)),
+            )
+        ),
+        body_format_override=substitution_format_string_pb2.SubstitutionFormatString(
+            text_format_source=base_pb2.DataSource(inline_string="%LOCAL_REPLY_BODY%"),
+            content_type=_JSON,
+            omit_empty_values=True,
+        ),
+    )
+
+
+def _status_filter(low: int, high: int) -> accesslog_pb2.AccessLogFilter:
+    """Status in [low, high]. The runtime keys are never set; they only satisfy the API."""
+
+    def compare(op: int, value: int) -> accesslog_pb2.AccessLogFilter:
+        return accesslog_pb2.AccessLogFilter(
+            status_code_filter=accesslog_pb2.StatusCodeFilter(
+                comparison=accesslog_pb2.ComparisonFilter(
+                    op=op,
+                    value=base_pb2.RuntimeUInt32(
+                        default_value=value, runtime_key=f"sluicegate.local_reply.status_{value}"
+                    ),
+                )
+            )
+        )
+
+    if low == high:
+        return compare(accesslog_pb2.ComparisonFilter.EQ, low)
+    return accesslog_pb2.AccessLogFilter(
+        and_filter=accesslog_pb2.AndFilter(
+            filters=[
+                compare(accesslog_pb2.ComparisonFilter.GE, low),
+                compare(accesslog_pb2.ComparisonFilter.LE, high),
+            ]
+        )
+    )
+
+
+def _error_format(
+    message: str, type_: str, code: str | None
+) -> substitution_format_string_pb2.SubstitutionFormatString:
+    formatters = []
+    if "%REQ_WITHOUT_QUERY(" in message:
+        formatters.append(
+            extension_pb2.TypedExtensionConfig(
+                name="envoy.formatter.req_without_query",
+                typed_config=pack(req_without_query_pb2.ReqWithoutQuery()),
+            )
+        )
+    return substitution_format_string_pb2.SubstitutionFormatString(
+        json_format=struct(error_struct(message, type_, code)),
+        content_type=_JSON,
+        formatters=formatters,
+    )

@@ -1,0 +1,140 @@
+"""Route configurations: `routes-<listener>` per listener, one virtual host for every domain.
+
+Order (first match wins):
+1. Model listings, per distinct route prefix P: `GET P models` and `GET P models/<id>`,
+   answered by Envoy itself (direct_response) with ext_proc disabled: no Python involved.
+2. Per route, per model: prefix P and header wire.MODEL_HEADER == model → cluster
+   `route-<name>`. The header is set only by the routing-stage ext_proc, which then
+   clears the route cache so the request re-matches here. `timeout: 0s` because Envoy's
+   15 s default would cut long generations; `auto_host_rewrite` sends each attempt with
+   the chosen provider's Host. The path prefix is rewritten here only when every provider
+   of the route shares one URL prefix; otherwise the attempt-stage ext_proc rewrites it
+   per provider (header_mutation cannot set `:path`).
+3. Per route prefix P, a fallback `P` → 404 that keeps ext_proc enabled. Every request
+   first matches a route *before* the model header exists, and ext_proc takes its
+   per-route settings from that first match: requests under a route prefix must first
+   land on a route where ext_proc runs, or they would never be routed by model.
+4. Catch-all `/` → 404 with ext_proc disabled: paths outside every prefix (scanners, typos)
+   cost no Python. Omitted when a route's prefix is "/" (its fallback covers everything).
+404 bodies are plain text; the listener's local_reply_config turns them into OpenAI errors.
+"""
+
+from __future__ import annotations
+
+from envoy.config.core.v3 import base_pb2
+from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.config.route.v3 import route_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
+from envoy.type.matcher.v3 import string_pb2
+from google.protobuf import wrappers_pb2
+
+from sluicegate import wire
+
+from ._ext_proc import EXT_PROC_FILTER
+from ._proto import duration_s, pack, struct
+from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE, model_body, models_list_body
+from .ir import GatewayIR, RouteIR
+
+VIRTUAL_HOST = "sluicegate"
+# Route-level metadata: lets the attempt-stage ext_proc (attribute xds.route_metadata) and
+# access logs know the route and its prefix without asking the control plane.
+META_ROUTE = "route"
+
+_EXT_PROC_DISABLED = pack(ext_proc_pb2.ExtProcPerRoute(disabled=True))
+
+
+def build_route_configurations(ir: GatewayIR) -> list[route_pb2.RouteConfiguration]:
+    """The same routes for every listener, under each listener's RDS name."""
+    virtual_host = rc.VirtualHost(name=VIRTUAL_HOST, domains=["*"], routes=_routes(ir))
+    return [
+        route_pb2.RouteConfiguration(name=listener.route_config_name, virtual_hosts=[virtual_host])
+        for listener in ir.listeners
+    ]
+
+
+def _routes(ir: GatewayIR) -> list[rc.Route]:
+    routes: list[rc.Route] = []
+    for prefix in ir.path_prefixes:
+        models = sorted(
+            {m for route in ir.routes if route.path_prefix == prefix for m in route.models}
+        )
+        routes.append(_json_route(f"{prefix}models", models_list_body(models)))
+        routes.extend(_json_route(f"{prefix}models/{model}", model_body(model)) for model in models)
+    for route in ir.routes:
+        routes.extend(_model_route(route, model) for model in route.models)
+    # Longest prefix first, so the most specific fallback is the one first matched.
+    for prefix in sorted(ir.path_prefixes, key=lambda p: (-len(p), p)):
+        routes.append(_not_found(prefix, ext_proc=True))
+    if "/" not in ir.path_prefixes:
+        routes.append(_not_found("/", ext_proc=False))
+    return routes
+
+
+def _not_found(prefix: str, *, ext_proc: bool) -> rc.Route:
+    route = rc.Route(
+        name="not-found",
+        match=rc.RouteMatch(prefix=prefix),
+        direct_response=rc.DirectResponseAction(
+            status=404,
+            body=base_pb2.DataSource(
+                inline_string=NO_MODEL_ROUTE_MESSAGE if ext_proc else UNKNOWN_PATH_MESSAGE
+            ),
+        ),
+    )
+    if not ext_proc:
+        route.typed_per_filter_config[EXT_PROC_FILTER].CopyFrom(_EXT_PROC_DISABLED)
+    return route
+
+
+def _json_route(path: str, body: bytes) -> rc.Route:
+    """GET `path` → 200 with a fixed JSON body, without calling ext_proc."""
+    return rc.Route(
+        name="models",
+        match=rc.RouteMatch(
+            path=path,
+            headers=[
+                rc.HeaderMatcher(name=":method", string_match=string_pb2.StringMatcher(exact="GET"))
+            ],
+        ),
+        direct_response=rc.DirectResponseAction(
+            status=200, body=base_pb2.DataSource(inline_string=body.decode())
+        ),
+        # Also marks the reply as JSON for local_reply_config's pass-through mapper.
+        response_headers_to_add=[
+            base_pb2.HeaderValueOption(
+                header=base_pb2.HeaderValue(key="content-type", value="application/json"),
+                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+            )
+        ],
+        typed_per_filter_config={EXT_PROC_FILTER: _EXT_PROC_DISABLED},
+    )
+
+
+def _model_route(route: RouteIR, model: str) -> rc.Route:
+    action = rc.RouteAction(
+        cluster=route.cluster_name,
+        timeout=duration_s(0),
+        auto_host_rewrite=wrappers_pb2.BoolValue(value=True),
+    )
+    rewrite = route.prefix_rewrite
+    if rewrite is not None:
+        action.prefix_rewrite = rewrite
+    return rc.Route(
+        name=route.name,
+        match=rc.RouteMatch(
+            prefix=route.path_prefix,
+            headers=[
+                rc.HeaderMatcher(
+                    name=wire.MODEL_HEADER, string_match=string_pb2.StringMatcher(exact=model)
+                )
+            ],
+        ),
+        route=action,
+        metadata=base_pb2.Metadata(
+            filter_metadata={
+                wire.METADATA_NAMESPACE: struct(
+                    {META_ROUTE: route.name, wire.META_PATH_PREFIX: route.path_prefix}
+                )
+            }
+        ),
+    )
