@@ -1,1 +1,28 @@
-"""sluicegate.envoy"""
+"""sluicegate.envoy: the bootstrap an Envoy needs to follow sluicegate, and a launcher.
+
+bootstrap = make_bootstrap(node_id="gw", cluster="sluicegate",
+                           xds_address="127.0.0.1:18000",
+                           ext_proc_address="127.0.0.1:18001",
+                           admin_address="127.0.0.1:9901", ads_mode="sotw")
+envoy = EnvoyProcess(bootstrap, concurrency=2)
+await envoy.start()          # until /ready says LIVE
+envoy.stats(); envoy.config_dump()
+await envoy.stop()
+"""
+
+from .address import parse_address
+from .admin import AdminError
+from .bootstrap import AdsMode, bootstrap_dict, bootstrap_yaml, make_bootstrap
+from .launcher import EnvoyProcess, EnvoyStartError, find_envoy_binary
+
+__all__ = [
+    "AdminError",
+    "AdsMode",
+    "EnvoyProcess",
+    "EnvoyStartError",
+    "bootstrap_dict",
+    "bootstrap_yaml",
+    "find_envoy_binary",
+    "make_bootstrap",
+    "parse_address",
+]

@@ -49,13 +49,18 @@ def request_only_mode() -> processing_mode_pb2.ProcessingMode:
 
 
 def ext_proc_config(
-    stage: str, limits: LimitsIR, request_attributes: Sequence[str] = ()
+    stage: str,
+    limits: LimitsIR,
+    request_attributes: Sequence[str] = (),
+    metadata_namespaces: Sequence[str] = (),
 ) -> ext_proc_pb2.ExternalProcessor:
     """An ExternalProcessor for `stage` (wire.STAGE_ROUTING or wire.STAGE_ATTEMPT).
 
     failure_mode_allow is false: a request the filter could not inspect (keys, limits,
     model routing) must not reach a provider. message_timeout comes from the config
-    because Envoy's 200 ms default is shorter than any queue wait.
+    because Envoy's 200 ms default is shorter than any queue wait. metadata_namespaces
+    are dynamic-metadata namespaces the server may read and write (the attempt stage
+    keeps the client's original path there, because retries reuse the rewritten headers).
     """
     timeout_ms = limits.ext_proc_message_timeout_ms
     return ext_proc_pb2.ExternalProcessor(
@@ -65,6 +70,16 @@ def ext_proc_config(
         ),
         processing_mode=request_only_mode(),
         request_attributes=list(request_attributes),
+        metadata_options=ext_proc_pb2.MetadataOptions(
+            forwarding_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
+                untyped=list(metadata_namespaces)
+            ),
+            receiving_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
+                untyped=list(metadata_namespaces)
+            ),
+        )
+        if metadata_namespaces
+        else None,
         message_timeout=duration_ms(timeout_ms),
         max_message_timeout=duration_ms(timeout_ms * MAX_MESSAGE_TIMEOUT_FACTOR),
         failure_mode_allow=False,

@@ -121,7 +121,14 @@ def _http_protocol_options(
         filters.append(
             hcm_pb2.HttpFilter(
                 name=EXT_PROC_FILTER,
-                typed_config=pack(ext_proc_config(wire.STAGE_ATTEMPT, limits, ATTEMPT_ATTRIBUTES)),
+                typed_config=pack(
+                    ext_proc_config(
+                        wire.STAGE_ATTEMPT,
+                        limits,
+                        ATTEMPT_ATTRIBUTES,
+                        metadata_namespaces=[wire.METADATA_NAMESPACE],
+                    )
+                ),
             )
         )
     filters.append(

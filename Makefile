@@ -1,0 +1,35 @@
+# Two commands on a fresh machine:
+#   make demo   - install into .venv and start the quickstart stack (Ctrl-C stops it)
+#   make test   - install what the tests need and run lint, types and every test
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/sluicegate up examples/quickstart.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check sluicegate tests benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q
+
+# Unit and golden tests only (no Envoy processes): seconds, not minutes.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not e2e"
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/xds_push.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from sluicegate.cli import main
+
+sys.exit(main())

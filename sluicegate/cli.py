@@ -1,0 +1,142 @@
+"""The `sluicegate` command: up | validate | bootstrap | mock-provider | status."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import urllib.request
+from pathlib import Path
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from sluicegate.stack import UpOptions, run_up
+
+    options = UpOptions(
+        config_path=Path(args.config),
+        ads_mode=args.ads_mode,
+        node_id=args.node_id,
+        envoy_concurrency=args.envoy_concurrency,
+        start_envoy=not args.no_envoy,
+        start_mocks=not args.no_mocks,
+        work_dir=Path(args.work_dir) if args.work_dir else None,
+    )
+    try:
+        import uvloop
+
+        return uvloop.run(run_up(options))
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(run_up(options))
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from sluicegate.config import validate_file
+
+    failed = False
+    for name in args.files:
+        problems = validate_file(Path(name))
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        errors = [p for p in problems if getattr(p, "severity", "error") == "error"]
+        failed = failed or bool(errors)
+        if not errors:
+            print(f"{name}: valid" + (f" ({len(problems)} warnings)" if problems else ""))
+    return 1 if failed else 0
+
+
+def _cmd_bootstrap(args: argparse.Namespace) -> int:
+    from sluicegate.envoy import bootstrap_yaml
+
+    print(
+        bootstrap_yaml(
+            node_id=args.node_id,
+            cluster=args.cluster,
+            xds_address=args.control_plane,
+            ext_proc_address=args.ext_proc,
+            admin_address=args.admin,
+            ads_mode=args.ads_mode,
+        )
+    )
+    return 0
+
+
+def _cmd_mock_provider(args: argparse.Namespace) -> int:
+    from sluicegate.provider import run_mock_provider, settings_from_args
+
+    try:
+        settings = settings_from_args(args)
+    except ValueError as err:
+        print(f"sluicegate mock-provider: {err}", file=sys.stderr)
+        return 2
+    run_mock_provider(settings)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    url = f"http://{args.address}/status"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            document = json.load(response)
+    except OSError as err:
+        print(f"cannot reach sluicegate at {url}: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(document, indent=2))
+    last = document.get("last_reload") or {}
+    nacked = [n for n in document.get("nodes", []) if any(n.get("nacks", {}).values())]
+    return 0 if last.get("ok", False) and not nacked else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from sluicegate.provider import add_mock_provider_arguments
+
+    parser = argparse.ArgumentParser(prog="sluicegate", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="start control plane, ext_proc, mocks and Envoy")
+    up.add_argument("config", help="the YAML file, e.g. examples/quickstart.yaml")
+    up.add_argument("--ads-mode", choices=["sotw", "delta"], default="sotw")
+    up.add_argument("--node-id", default="sluicegate-gateway")
+    up.add_argument("--envoy-concurrency", type=int, default=2)
+    up.add_argument("--no-envoy", action="store_true", help="control plane only (sidecars)")
+    up.add_argument("--no-mocks", action="store_true", help="do not start mock providers")
+    up.add_argument("--work-dir", help="where Envoy's bootstrap and logs go (default: temp)")
+    up.set_defaults(func=_cmd_up)
+
+    validate = sub.add_parser("validate", help="check config files; exit 1 on any error")
+    validate.add_argument("files", nargs="+")
+    validate.set_defaults(func=_cmd_validate)
+
+    boot = sub.add_parser("bootstrap", help="print the bootstrap for an Envoy started elsewhere")
+    boot.add_argument("--node-id", required=True)
+    boot.add_argument("--cluster", default="sluicegate")
+    boot.add_argument("--control-plane", default="127.0.0.1:18000", help="xDS HOST:PORT")
+    boot.add_argument("--ext-proc", default="127.0.0.1:18001", help="ext_proc HOST:PORT")
+    boot.add_argument("--admin", default="127.0.0.1:9901", help="Envoy admin HOST:PORT")
+    boot.add_argument("--ads-mode", choices=["sotw", "delta"], default="sotw")
+    boot.set_defaults(func=_cmd_bootstrap)
+
+    mock = sub.add_parser("mock-provider", help="run a mock OpenAI-compatible provider")
+    add_mock_provider_arguments(mock)
+    mock.set_defaults(func=_cmd_mock_provider)
+
+    status = sub.add_parser("status", help="show config version, Envoy nodes and NACKs")
+    status.add_argument("--address", default="127.0.0.1:9100", help="sluicegate HTTP HOST:PORT")
+    status.set_defaults(func=_cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

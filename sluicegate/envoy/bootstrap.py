@@ -1,0 +1,248 @@
+"""The bootstrap of an Envoy driven by sluicegate: identity, admin, the two static
+clusters (ADS and ext_proc), dynamic LDS/CDS over ADS, runtime and overload manager.
+
+Everything else (listeners, routes, provider clusters, endpoints) arrives over ADS.
+Only what cannot be pushed lives here: admin, the xDS cluster itself, the ext_proc
+cluster the pushed filters call, and the overload manager.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, Literal
+
+import yaml
+from envoy.config.bootstrap.v3 import bootstrap_pb2
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2, protocol_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.overload.v3 import overload_pb2
+from envoy.extensions.resource_monitors.downstream_connections.v3 import (
+    downstream_connections_pb2,
+)
+from envoy.extensions.resource_monitors.fixed_heap.v3 import fixed_heap_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from google.protobuf import any_pb2, duration_pb2, json_format, struct_pb2, wrappers_pb2
+
+from sluicegate import wire
+
+from .address import is_ip, parse_address, socket_address
+
+AdsMode = Literal["sotw", "delta"]
+
+HTTP_PROTOCOL_OPTIONS: Final = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+DEFAULT_MAX_DOWNSTREAM_CONNECTIONS: Final = 50_000
+# The ext_proc cluster carries one gRPC stream per in-flight request (and per attempt),
+# held open for the request's whole life: Envoy's default of 1024 requests per cluster
+# would fail requests under load, so the limits are far above any real concurrency.
+_BIG_LIMIT: Final = 1_000_000
+_CONNECT_TIMEOUT_S: Final = 2
+_KEEPALIVE_INTERVAL_S: Final = 30
+_KEEPALIVE_TIMEOUT_S: Final = 5
+
+
+def _seconds(value: float) -> duration_pb2.Duration:
+    duration = duration_pb2.Duration()
+    duration.FromNanoseconds(int(value * 1_000_000_000))
+    return duration
+
+
+def _pack(message: Any) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def _grpc_cluster(name: str, address: str) -> cluster_pb2.Cluster:
+    """A static HTTP/2 cluster for a gRPC server at `address` (IP: STATIC, name: DNS)."""
+    host, port = parse_address(address)
+    keepalive = protocol_pb2.KeepaliveSettings(
+        interval=_seconds(_KEEPALIVE_INTERVAL_S), timeout=_seconds(_KEEPALIVE_TIMEOUT_S)
+    )
+    options = http_protocol_options_pb2.HttpProtocolOptions(
+        explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(
+            http2_protocol_options=protocol_pb2.Http2ProtocolOptions(connection_keepalive=keepalive)
+        )
+    )
+    limit = wrappers_pb2.UInt32Value(value=_BIG_LIMIT)
+    thresholds = circuit_breaker_pb2.CircuitBreakers.Thresholds(
+        max_connections=limit, max_pending_requests=limit, max_requests=limit
+    )
+    cluster = cluster_pb2.Cluster(
+        name=name,
+        type=cluster_pb2.Cluster.STATIC if is_ip(host) else cluster_pb2.Cluster.STRICT_DNS,
+        connect_timeout=_seconds(_CONNECT_TIMEOUT_S),
+        circuit_breakers=circuit_breaker_pb2.CircuitBreakers(thresholds=[thresholds]),
+        load_assignment=endpoint_pb2.ClusterLoadAssignment(
+            cluster_name=name,
+            endpoints=[
+                endpoint_components_pb2.LocalityLbEndpoints(
+                    lb_endpoints=[
+                        endpoint_components_pb2.LbEndpoint(
+                            endpoint=endpoint_components_pb2.Endpoint(
+                                address=socket_address(host, port)
+                            )
+                        )
+                    ]
+                )
+            ],
+        ),
+    )
+    if not is_ip(host):
+        cluster.dns_lookup_family = cluster_pb2.Cluster.V4_PREFERRED
+    cluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].Pack(options)
+    return cluster
+
+
+def _dynamic_resources(
+    ads_mode: str, initial_fetch_timeout_s: float | None
+) -> bootstrap_pb2.Bootstrap.DynamicResources:
+    api_type = {
+        "sotw": config_source_pb2.ApiConfigSource.GRPC,
+        "delta": config_source_pb2.ApiConfigSource.DELTA_GRPC,
+    }.get(ads_mode)
+    if api_type is None:
+        raise ValueError(f"ads_mode must be 'sotw' or 'delta', got {ads_mode!r}")
+    ads = config_source_pb2.ApiConfigSource(
+        api_type=api_type,
+        transport_api_version=config_source_pb2.V3,
+        grpc_services=[
+            grpc_service_pb2.GrpcService(
+                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=wire.XDS_CLUSTER)
+            )
+        ],
+        set_node_on_first_message_only=True,
+    )
+
+    def over_ads() -> config_source_pb2.ConfigSource:
+        source = config_source_pb2.ConfigSource(
+            ads=config_source_pb2.AggregatedConfigSource(),
+            resource_api_version=config_source_pb2.V3,
+        )
+        if initial_fetch_timeout_s is not None:
+            source.initial_fetch_timeout.CopyFrom(_seconds(initial_fetch_timeout_s))
+        return source
+
+    return bootstrap_pb2.Bootstrap.DynamicResources(
+        ads_config=ads, lds_config=over_ads(), cds_config=over_ads()
+    )
+
+
+def _layered_runtime() -> bootstrap_pb2.LayeredRuntime:
+    """A static layer (empty: defaults) under an admin layer (for /runtime_modify)."""
+    return bootstrap_pb2.LayeredRuntime(
+        layers=[
+            bootstrap_pb2.RuntimeLayer(name="static", static_layer=struct_pb2.Struct()),
+            bootstrap_pb2.RuntimeLayer(
+                name="admin", admin_layer=bootstrap_pb2.RuntimeLayer.AdminLayer()
+            ),
+        ]
+    )
+
+
+def _overload_manager(
+    max_downstream_connections: int, max_heap_bytes: int | None
+) -> overload_pb2.OverloadManager:
+    """Caps downstream connections; with a heap budget, sheds load before running out."""
+    manager = overload_pb2.OverloadManager(
+        refresh_interval=_seconds(0.25),
+        resource_monitors=[
+            overload_pb2.ResourceMonitor(
+                name="envoy.resource_monitors.global_downstream_max_connections",
+                typed_config=_pack(
+                    downstream_connections_pb2.DownstreamConnectionsConfig(
+                        max_active_downstream_connections=max_downstream_connections
+                    )
+                ),
+            )
+        ],
+    )
+    if max_heap_bytes is not None:
+        heap = "envoy.resource_monitors.fixed_heap"
+        manager.resource_monitors.append(
+            overload_pb2.ResourceMonitor(
+                name=heap,
+                typed_config=_pack(
+                    fixed_heap_pb2.FixedHeapConfig(max_heap_size_bytes=max_heap_bytes)
+                ),
+            )
+        )
+
+        def action(name: str, threshold: float) -> overload_pb2.OverloadAction:
+            trigger = overload_pb2.Trigger(
+                name=heap, threshold=overload_pb2.ThresholdTrigger(value=threshold)
+            )
+            return overload_pb2.OverloadAction(name=name, triggers=[trigger])
+
+        manager.actions.extend(
+            [
+                action("envoy.overload_actions.shrink_heap", 0.95),
+                action("envoy.overload_actions.stop_accepting_requests", 0.98),
+            ]
+        )
+    return manager
+
+
+def make_bootstrap(
+    node_id: str,
+    cluster: str,
+    xds_address: str,
+    ext_proc_address: str,
+    admin_address: str,
+    ads_mode: AdsMode | str = "sotw",
+    *,
+    max_downstream_connections: int = DEFAULT_MAX_DOWNSTREAM_CONNECTIONS,
+    max_heap_bytes: int | None = None,
+    initial_fetch_timeout_s: float | None = None,
+) -> bootstrap_pb2.Bootstrap:
+    """The bootstrap for an Envoy that takes its listeners and clusters from sluicegate.
+
+    `admin_address` may use port 0 (Envoy picks one; EnvoyProcess reads it back).
+    `initial_fetch_timeout_s` bounds how long Envoy waits for LDS/CDS before it
+    declares itself ready anyway (Envoy's default is 15 s).
+    """
+    if not node_id:
+        raise ValueError("node_id must not be empty")
+    admin_host, admin_port = parse_address(admin_address, allow_port_zero=True)
+    return bootstrap_pb2.Bootstrap(
+        node=base_pb2.Node(id=node_id, cluster=cluster),
+        admin=bootstrap_pb2.Admin(address=socket_address(admin_host, admin_port)),
+        static_resources=bootstrap_pb2.Bootstrap.StaticResources(
+            clusters=[
+                _grpc_cluster(wire.XDS_CLUSTER, xds_address),
+                _grpc_cluster(wire.EXT_PROC_CLUSTER, ext_proc_address),
+            ]
+        ),
+        dynamic_resources=_dynamic_resources(ads_mode, initial_fetch_timeout_s),
+        layered_runtime=_layered_runtime(),
+        overload_manager=_overload_manager(max_downstream_connections, max_heap_bytes),
+    )
+
+
+def bootstrap_dict(bootstrap: bootstrap_pb2.Bootstrap) -> dict[str, Any]:
+    """The bootstrap as Envoy's JSON/YAML form (proto field names, typed `@type`s)."""
+    # Through JSON text: MessageToDict leaves OrderedDicts (for Any) that YAML cannot dump.
+    text = json_format.MessageToJson(bootstrap, preserving_proto_field_name=True)
+    result: dict[str, Any] = json.loads(text)
+    return result
+
+
+def bootstrap_yaml(
+    node_id: str,
+    cluster: str = "sluicegate",
+    xds_address: str = "127.0.0.1:18000",
+    ext_proc_address: str = "127.0.0.1:18001",
+    admin_address: str = "127.0.0.1:9901",
+    ads_mode: AdsMode | str = "sotw",
+    **options: Any,
+) -> str:
+    """`make_bootstrap` as YAML, for an Envoy started elsewhere (a sidecar)."""
+    bootstrap = make_bootstrap(
+        node_id, cluster, xds_address, ext_proc_address, admin_address, ads_mode, **options
+    )
+    header = (
+        f"# Envoy bootstrap generated by sluicegate for node {node_id!r}.\n"
+        f"# Listeners and clusters come over ADS from {xds_address}; "
+        f"ext_proc at {ext_proc_address}.\n"
+    )
+    return header + yaml.safe_dump(bootstrap_dict(bootstrap), sort_keys=False)

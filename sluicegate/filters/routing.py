@@ -1,0 +1,70 @@
+"""Routing stage (downstream filter): read the body's `model`, pick the route.
+
+Envoy sends the request headers, then the buffered body. Headers must be sent
+(request_header_mode SEND): with SKIP the router matches the route on the
+headers before the body arrives. The answer to the body sets the model header
+and clears the route cache so Envoy matches routes again on it.
+
+A request without a body (GET /v1/models, ...) has no model: the answer to its
+headers removes any client-sent model header and clears the route cache, so
+only routes that do not need a model (direct responses, the fallback) match.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sluicegate import wire
+
+from . import counters as outcome
+from . import errors
+from .counters import Counters
+from .jsonbody import BodyError, decode_utf8, find_member
+from .responses import CONTINUE_REQUEST_HEADERS, PASS_THROUGH, common, request_headers_answer
+from .table import RoutingTable
+
+STAGE = wire.STAGE_ROUTING
+
+
+def _bodiless_answer() -> bytes:
+    response = common(clear_route_cache=True)
+    response.header_mutation.remove_headers.append(wire.MODEL_HEADER)
+    return request_headers_answer(response)
+
+
+BODILESS_ANSWER: Final = _bodiless_answer()
+
+
+def decide(body: bytes, table: RoutingTable, counters: Counters) -> bytes:
+    """The serialized answer for a buffered request body."""
+    try:
+        member = find_member(decode_utf8(body), "model")
+    except BodyError as exc:
+        counters.inc(STAGE, outcome.BAD_REQUEST)
+        return errors.BODY_PROBLEMS[exc.problem]
+    if member is None or member.value == "":
+        counters.inc(STAGE, outcome.BAD_REQUEST)
+        return errors.MISSING_MODEL
+    model = member.value
+    if not isinstance(model, str):
+        counters.inc(STAGE, outcome.BAD_REQUEST)
+        return errors.MODEL_NOT_STRING
+    answer = table.routed_answer(model)
+    if answer is None:
+        counters.inc(STAGE, outcome.MODEL_NOT_FOUND)
+        return errors.model_not_found(model)
+    counters.inc(STAGE, outcome.ROUTED)
+    return answer
+
+
+def on_message(request: Any, table: RoutingTable, counters: Counters) -> bytes:
+    """Answer one ProcessingRequest of the routing stage."""
+    kind = request.WhichOneof("request")
+    if kind == "request_body":
+        return decide(request.request_body.body, table, counters)
+    if kind == "request_headers":
+        if request.request_headers.end_of_stream:
+            counters.inc(STAGE, outcome.NO_BODY)
+            return BODILESS_ANSWER
+        return CONTINUE_REQUEST_HEADERS
+    return PASS_THROUGH.get(kind or "", CONTINUE_REQUEST_HEADERS)

@@ -1,0 +1,98 @@
+"""The ExternalProcessor.Process handler: one gRPC stream per HTTP request (or attempt).
+
+Registered as a generic handler whose response serializer is the identity:
+stage code returns the wire bytes of each ProcessingResponse, most of them
+prebuilt. The stage comes from the gRPC initial metadata the filter config
+sets (`x-sluicegate-stage: routing | attempt`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+
+from sluicegate import wire
+
+from . import counters as outcome
+from . import errors, routing
+from .attempt import AttemptCaches, AttemptStream
+from .counters import Counters
+from .responses import INTERNAL_ERROR
+from .table import RoutingTable
+
+SERVICE_NAME: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
+METHOD_NAME: Final = "Process"
+
+log = logging.getLogger(__name__)
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def stage_of(metadata: Any) -> str | None:
+    """The value of the stage key in a call's initial metadata, if any."""
+    for key, value in metadata or ():
+        if key == wire.STAGE_METADATA_KEY:
+            return value if isinstance(value, str) else value.decode("ascii", "replace")
+    return None
+
+
+class ExtProcService:
+    """Holds the routing table and counters; answers Process streams."""
+
+    def __init__(self, table: RoutingTable | None = None, counters: Counters | None = None):
+        self._table = table if table is not None else RoutingTable()
+        self.counters = counters if counters is not None else Counters()
+        self._attempt_caches = AttemptCaches()
+
+    @property
+    def table(self) -> RoutingTable:
+        return self._table
+
+    def update_table(self, table: RoutingTable) -> None:
+        """Swap the routing table; streams pick it up on their next message."""
+        self._table = table
+
+    def generic_handler(self) -> grpc.GenericRpcHandler[Any, bytes]:
+        handler = grpc.stream_stream_rpc_method_handler(
+            self._process,
+            request_deserializer=ep.ProcessingRequest.FromString,
+            response_serializer=_identity,
+        )
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD_NAME: handler})
+
+    async def _process(
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, bytes]
+    ) -> AsyncIterator[bytes]:
+        stage = stage_of(context.invocation_metadata())
+        counters = self.counters
+        if stage == wire.STAGE_ROUTING:
+            on_routing = routing.on_message
+            async for request in requests:
+                try:
+                    answer = on_routing(request, self._table, counters)
+                except Exception:
+                    log.exception("routing stage failed on a message")
+                    counters.inc(wire.STAGE_ROUTING, outcome.INTERNAL_ERROR)
+                    answer = INTERNAL_ERROR
+                yield answer
+        elif stage == wire.STAGE_ATTEMPT:
+            attempt = AttemptStream(self._attempt_caches, counters)
+            async for request in requests:
+                try:
+                    answer = attempt.on_message(request)
+                except Exception:
+                    log.exception("attempt stage failed on a message")
+                    counters.inc(wire.STAGE_ATTEMPT, outcome.INTERNAL_ERROR)
+                    answer = INTERNAL_ERROR
+                yield answer
+        else:
+            log.error("ext_proc call with unknown stage %r", stage)
+            async for _request in requests:
+                counters.inc(str(stage), outcome.UNKNOWN_STAGE)
+                yield errors.UNKNOWN_STAGE

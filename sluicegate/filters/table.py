@@ -1,0 +1,130 @@
+"""The served-model table the routing stage consults, swapped whole on reload."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
+
+from sluicegate import wire
+
+from .responses import common, request_body_answer, set_header
+
+
+@dataclass(frozen=True, slots=True)
+class RouteInfo:
+    """Which configured route serves a model, and under which client path prefix."""
+
+    route: str
+    path_prefix: str = "/v1/"
+
+
+class RouteInfoLike(Protocol):
+    """Anything naming a route and its prefix (RouteInfo, the translator's ServedModel)."""
+
+    @property
+    def route(self) -> str: ...
+
+    @property
+    def path_prefix(self) -> str: ...
+
+
+class RouteLike(Protocol):
+    """The part of a configured route the table needs (e.g. `config.schema.Route`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def models(self) -> Sequence[str]: ...
+
+    @property
+    def path_prefix(self) -> str: ...
+
+
+# One entry: a model's route, or the routes serving it in match order (first is used).
+EntryValue: TypeAlias = RouteInfoLike | Sequence[RouteInfoLike]
+
+
+def _header_value(model: str) -> bytes:
+    if not model or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in model):
+        raise ValueError(f"model name {model!r} cannot be carried in an HTTP header")
+    return model.encode("utf-8")
+
+
+def _routed_answer(model: str) -> bytes:
+    header = set_header(wire.MODEL_HEADER, _header_value(model))
+    return request_body_answer(common([header], clear_route_cache=True))
+
+
+class RoutingTable:
+    """Immutable map model -> RouteInfo, with the routing answer for each model prebuilt.
+
+    The server holds one table and replaces the reference on reload; readers
+    never see a half-built table, so the hot path takes no lock.
+    """
+
+    __slots__ = ("_answers", "_routes")
+
+    def __init__(self, routes: Mapping[str, RouteInfo] | None = None) -> None:
+        self._routes: dict[str, RouteInfo] = dict(routes or {})
+        self._answers: dict[str, bytes] = {model: _routed_answer(model) for model in self._routes}
+
+    @classmethod
+    def empty(cls) -> RoutingTable:
+        return cls()
+
+    @classmethod
+    def from_routes(cls, routes: Iterable[RouteLike]) -> RoutingTable:
+        """Build from configured routes; when two routes list a model, the first wins."""
+        table: dict[str, RouteInfo] = {}
+        for route in routes:
+            info = RouteInfo(route=route.name, path_prefix=route.path_prefix)
+            for model in route.models:
+                table.setdefault(model, info)
+        return cls(table)
+
+    @classmethod
+    def from_entries(
+        cls, entries: Mapping[str, EntryValue] | Iterable[tuple[str, EntryValue]]
+    ) -> RoutingTable:
+        """Build from (model, route) pairs or a mapping; a sequence value uses its first
+        route, and a model listed twice keeps its first entry."""
+        pairs = entries.items() if isinstance(entries, Mapping) else entries
+        table: dict[str, RouteInfo] = {}
+        for model, value in pairs:
+            if isinstance(value, Sequence):
+                if not value:
+                    continue
+                value = value[0]
+            if model not in table:
+                table[model] = (
+                    value
+                    if isinstance(value, RouteInfo)
+                    else RouteInfo(route=value.route, path_prefix=value.path_prefix)
+                )
+        return cls(table)
+
+    def get(self, model: str) -> RouteInfo | None:
+        return self._routes.get(model)
+
+    def routed_answer(self, model: str) -> bytes | None:
+        """The serialized body answer that routes `model`, or None if no route serves it."""
+        return self._answers.get(model)
+
+    def __contains__(self, model: object) -> bool:
+        return model in self._routes
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._routes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RoutingTable) and self._routes == other._routes
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RoutingTable({self._routes!r})"

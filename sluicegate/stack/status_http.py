@@ -1,0 +1,92 @@
+"""sluicegate's own HTTP endpoint: /metrics (Prometheus), /status (JSON), /healthz.
+
+Read-only views of the control plane; it holds no state of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from sluicegate.stack.control_plane import ControlPlane
+
+
+class ControlPlaneCollector(Collector):
+    """Exposes reload and xDS state, computed at scrape time."""
+
+    def __init__(self, control_plane: ControlPlane) -> None:
+        self.cp = control_plane
+
+    def collect(self) -> Iterator[Any]:
+        reloads = CounterMetricFamily(
+            "sluicegate_config_reloads", "Config loads by outcome", labels=["outcome"]
+        )
+        reloads.add_metric(["ok"], self.cp.reloads_ok)
+        reloads.add_metric(["rejected"], self.cp.reloads_failed)
+        yield reloads
+        nodes = GaugeMetricFamily("sluicegate_xds_connected_nodes", "Envoy nodes on ADS streams")
+        statuses = self.cp.cache.status()
+        nodes.add_metric([], len(statuses))
+        yield nodes
+        nacks = GaugeMetricFamily(
+            "sluicegate_xds_nacked_resources",
+            "1 while a node's last answer for a type was a NACK",
+            labels=["node", "type"],
+        )
+        for status in statuses:
+            for type_url, nack in status.to_dict().get("nacks", {}).items():
+                if nack:
+                    nacks.add_metric([status.node_id, type_url.rsplit(".", 1)[-1]], 1)
+        yield nacks
+
+
+def status_document(cp: ControlPlane) -> dict[str, Any]:
+    """The JSON that `sluicegate status` prints."""
+    outcome = cp.last_outcome
+    return {
+        "config_file": str(cp.path),
+        "last_reload": None
+        if outcome is None
+        else {
+            "ok": outcome.ok,
+            "at": outcome.at,
+            "problems": outcome.problems,
+            "changed_types": outcome.changed_types,
+        },
+        "versions": {} if cp.snapshot is None else cp.snapshot.versions(),
+        "models": sorted(cp.routing_table),
+        "nodes": [s.to_dict() for s in cp.cache.status()],
+    }
+
+
+def make_app(cp: ControlPlane) -> web.Application:
+    registry = CollectorRegistry()
+    registry.register(ControlPlaneCollector(cp))
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), content_type="text/plain")
+
+    async def status(_: web.Request) -> web.Response:
+        return web.json_response(status_document(cp), dumps=lambda o: json.dumps(o, indent=2))
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok" if cp.config is not None else "no config", status=200)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/status", status)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def start_status_http(cp: ControlPlane, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(make_app(cp), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

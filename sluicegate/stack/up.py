@@ -1,0 +1,107 @@
+"""`sluicegate up`: the whole local stack in one command.
+
+Starts, in make-before-use order: the mock providers the config declares, the
+ADS server, the ext_proc filter, the status endpoint, and finally Envoy
+(bootstrapped to take everything else from the ADS server). SIGINT or SIGTERM
+stops all of it in reverse order; children also die with this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sluicegate.config import ConfigError, load_config, resolve_api_keys, split_host_port
+from sluicegate.envoy import EnvoyProcess, make_bootstrap
+from sluicegate.filters import ExtProcServer
+from sluicegate.stack.control_plane import ControlPlane
+from sluicegate.stack.mocks import start_mocks, stop_mocks
+from sluicegate.stack.status_http import start_status_http
+from sluicegate.stack.watcher import watch_file
+from sluicegate.xds.server import SnapshotCache, serve_ads
+
+log = logging.getLogger("sluicegate.up")
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    config_path: Path
+    ads_mode: str = "sotw"  # or "delta"
+    node_id: str = "sluicegate-gateway"
+    envoy_concurrency: int = 2
+    start_envoy: bool = True
+    start_mocks: bool = True
+    work_dir: Path | None = None
+
+
+async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) -> int:
+    """Run the stack until stop_event is set (or SIGINT/SIGTERM); returns an exit code."""
+    path = options.config_path.resolve()
+    try:
+        config = load_config(path)
+        keys = resolve_api_keys(config, path)
+    except ConfigError as err:
+        for problem in err.problems:
+            log.error("%s", problem)
+        return 2
+
+    stop_event = stop_event or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop_event.set)
+
+    work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="sluicegate-up-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    addresses = config.sluicegate
+    async with contextlib.AsyncExitStack() as stack:
+        if options.start_mocks:
+            mocks = await asyncio.to_thread(start_mocks, config, keys, work_dir)
+            stack.callback(stop_mocks, mocks)
+            for mock in mocks:
+                log.info("mock provider %s on 127.0.0.1:%d", mock.name, mock.port)
+
+        cache = SnapshotCache()
+        ext_proc = ExtProcServer()
+        control_plane = ControlPlane(path, cache, on_routing_table=ext_proc.update_table)
+        if not control_plane.load().ok:
+            return 2
+
+        ads = await serve_ads(cache, addresses.xds)
+        stack.push_async_callback(ads.stop, 1.0)
+        await ext_proc.start(addresses.ext_proc)
+        stack.push_async_callback(ext_proc.stop)
+        http_host, http_port = split_host_port(addresses.http)
+        runner = await start_status_http(control_plane, http_host, http_port)
+        stack.push_async_callback(runner.cleanup)
+        log.info("xDS on %s, ext_proc on %s, status on %s",
+                 addresses.xds, addresses.ext_proc, addresses.http)  # fmt: skip
+
+        if options.start_envoy:
+            bootstrap = make_bootstrap(
+                node_id=options.node_id,
+                cluster="sluicegate",
+                xds_address=addresses.xds,
+                ext_proc_address=addresses.ext_proc,
+                admin_address=addresses.envoy_admin,
+                ads_mode=options.ads_mode,
+            )
+            envoy = EnvoyProcess(bootstrap, work_dir=work_dir,
+                                 concurrency=options.envoy_concurrency)  # fmt: skip
+            await envoy.start()
+            stack.push_async_callback(envoy.stop)
+            for listener in config.listeners:
+                log.info("gateway listening on http://%s:%d", listener.address, listener.port)
+            log.info("Envoy admin on http://%s (logs in %s)", addresses.envoy_admin, work_dir)
+
+        watcher = asyncio.create_task(watch_file(path, control_plane.load))
+        stack.callback(watcher.cancel)
+        log.info("sluicegate is up; Ctrl-C stops everything")
+        await stop_event.wait()
+        log.info("stopping")
+    return 0

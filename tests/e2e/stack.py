@@ -1,0 +1,162 @@
+"""Runs `sluicegate up` as a user would, on free ports, for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def quickstart_on_free_ports(tmp: Path) -> dict[str, Any]:
+    """The quickstart document with every port moved to a free one."""
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "quickstart.yaml").read_text())
+    shutil.copytree(EXAMPLES / "keys", tmp / "keys", dirs_exist_ok=True)
+    doc["sluicegate"] = {
+        key: f"127.0.0.1:{free_port()}" for key in ("xds", "ext_proc", "http", "envoy_admin")
+    }
+    for listener in doc["listeners"]:
+        listener["port"] = free_port()
+    for provider in doc["providers"]:
+        if "mock" in provider:
+            provider["base_url"] = f"http://127.0.0.1:{free_port()}/v1"
+    return doc
+
+
+def children_of(pid: int) -> list[int]:
+    """PIDs whose parent is pid (reads /proc; no psutil needed)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class Stack:
+    """A running `sluicegate up` and the addresses it serves."""
+
+    def __init__(self, config_path: Path, doc: dict[str, Any], process: subprocess.Popen[bytes],
+                 log_path: Path) -> None:  # fmt: skip
+        self.config_path = config_path
+        self.doc = doc
+        self.process = process
+        self.log_path = log_path
+        listener = doc["listeners"][0]
+        self.gateway = f"http://{listener['address']}:{listener['port']}"
+        self.admin = "http://" + doc["sluicegate"]["envoy_admin"]
+        self.status_url = "http://" + doc["sluicegate"]["http"] + "/status"
+
+    def write(self, doc: dict[str, Any]) -> None:
+        """Replace the config file atomically, like an editor that renames over it."""
+        tmp = self.config_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
+        os.replace(tmp, self.config_path)
+        self.doc = doc
+
+    def write_text(self, text: str) -> None:
+        tmp = self.config_path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.config_path)
+
+    def status(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.status_url, timeout=5) as response:
+            result: dict[str, Any] = json.load(response)
+            return result
+
+    def admin_json(self, path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(self.admin + path, timeout=5) as response:
+            result: dict[str, Any] = json.load(response)
+            return result
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _wait_serving(stack: Stack, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if stack.process.poll() is not None:
+            raise RuntimeError(f"sluicegate up exited early:\n{stack.log()[-4000:]}")
+        try:
+            with urllib.request.urlopen(stack.gateway + "/v1/models", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (OSError, urllib.error.URLError) as err:
+            last = err
+        time.sleep(0.1)
+    raise RuntimeError(f"gateway not serving after {timeout_s}s ({last}):\n{stack.log()[-4000:]}")
+
+
+@contextmanager
+def running_stack(tmp: Path, doc: dict[str, Any], *extra_args: str,
+                  timeout_s: float = 30.0) -> Iterator[Stack]:  # fmt: skip
+    """Start `sluicegate up` on doc; on exit SIGTERM it and check nothing is left running."""
+    config_path = tmp / "sluicegate.yaml"
+    config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    log_path = tmp / "up.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sluicegate", "up", str(config_path),
+             "--work-dir", str(tmp / "work"), "--envoy-concurrency", "1", *extra_args],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    stack = Stack(config_path, doc, process, log_path)
+    try:
+        _wait_serving(stack, timeout_s)
+        yield stack
+    finally:
+        children = children_of(process.pid)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            for pid in children:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"sluicegate up ignored SIGTERM:\n{stack.log()[-3000:]}") from None
+        deadline = time.monotonic() + 5
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [pid for pid in children if alive(pid)]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"processes left running after SIGTERM: {left}"

@@ -1,0 +1,175 @@
+"""The quickstart, end to end: `sluicegate up` with a real Envoy, the official OpenAI SDK.
+
+Each test starts its own stack on free ports and stops it; `running_stack`
+asserts that SIGTERM leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+from tests.e2e.stack import Stack, quickstart_on_free_ports, running_stack
+
+pytestmark = pytest.mark.e2e
+
+DEMO_KEY = "sk-sluicegate-demo"
+HELLO: Any = [{"role": "user", "content": "hello"}]
+
+
+def client(stack: Stack) -> OpenAI:
+    return OpenAI(base_url=stack.gateway + "/v1", api_key=DEMO_KEY, max_retries=0, timeout=20)
+
+
+def post_raw(stack: Stack, body: bytes, path: str = "/v1/chat/completions") -> tuple[int, dict[str, Any], dict[str, str]]:  # noqa: E501
+    request = urllib.request.Request(
+        stack.gateway + path, data=body, method="POST",
+        headers={"content-type": "application/json", "authorization": f"Bearer {DEMO_KEY}"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response), dict(response.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), dict(err.headers)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Any:
+    with running_stack(tmp_path, quickstart_on_free_ports(tmp_path)) as running:
+        yield running
+
+
+def test_sdk_chat_json_and_stream(stack: Stack) -> None:
+    sdk = client(stack)
+    reply = sdk.chat.completions.create(
+        model="qwen-plus", messages=[{"role": "user", "content": "hello"}]
+    )
+    assert reply.choices[0].message.content
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+
+    arrivals: list[float] = []
+    pieces: list[str] = []
+    stream = sdk.chat.completions.create(
+        model="qwen-plus", messages=[{"role": "user", "content": "hello"}], stream=True,
+        extra_headers={"x-mock-output-tokens": "20", "x-mock-itl-ms": "30"},
+    )  # fmt: skip
+    for chunk in stream:
+        arrivals.append(time.monotonic())
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+    assert len(pieces) == 20
+    # 19 gaps of 30 ms: a buffered response would arrive in one burst.
+    assert arrivals[-1] - arrivals[0] > 0.3
+
+
+def test_models_endpoint_lists_served_models(stack: Stack) -> None:
+    ids = {model.id for model in client(stack).models.list()}
+    assert ids == {"gpt-4o-mini", "qwen-plus", "deepseek-chat"}
+
+
+def test_weighted_providers_and_per_provider_model_names(stack: Stack) -> None:
+    sdk = client(stack)
+    seen: dict[str, int] = {}
+    for _ in range(40):
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}],
+            extra_headers={"x-mock-output-tokens": "1", "x-mock-ttft-ms": "0"},
+        )  # fmt: skip
+        provider = raw.headers["x-mock-provider"]
+        seen[provider] = seen.get(provider, 0) + 1
+        # alpha knows the model by another name (model_map); beta by the client's name.
+        expected = {"alpha": "alpha-mini", "beta": "gpt-4o-mini"}[provider]
+        assert raw.parse().model == expected
+    assert set(seen) == {"alpha", "beta"}
+    assert 24 <= seen["alpha"] <= 36, seen  # weights 3:1 over 40 requests
+
+
+def test_bad_requests_get_openai_errors(stack: Stack) -> None:
+    status, body, headers = post_raw(stack, b"{not json")
+    assert status == 400 and body["error"]["type"] == "invalid_request_error"
+    assert headers["content-type"].startswith("application/json")
+    status, body, _ = post_raw(stack, b'{"messages": []}')
+    assert status == 400 and "model" in body["error"]["message"]
+    status, body, _ = post_raw(stack, b'{"model": "no-such-model", "messages": []}')
+    assert status == 404 and body["error"]["code"] == "model_not_found"
+    status, body, _ = post_raw(stack, b'{"model": "qwen-plus"}', path="/v2/unknown")
+    assert status == 404 and "error" in body
+
+
+def _wait_until(predicate: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def _served(stack: Stack) -> set[str]:
+    with urllib.request.urlopen(stack.gateway + "/v1/models", timeout=5) as response:
+        return {m["id"] for m in json.load(response)["data"]}
+
+
+def test_hot_reload_keeps_streams_and_rejects_bad_edits(tmp_path: Path) -> None:
+    doc = quickstart_on_free_ports(tmp_path)
+    for provider in doc["providers"]:
+        provider["mock"]["models"] = []  # accept any model, so edits can add some
+    with running_stack(tmp_path, doc) as stack:
+        sdk = client(stack)
+        finished: list[int] = []
+
+        def long_stream() -> None:
+            stream = sdk.chat.completions.create(
+                model="deepseek-chat", messages=[{"role": "user", "content": "x"}], stream=True,
+                extra_headers={"x-mock-output-tokens": "60", "x-mock-itl-ms": "25"},
+            )  # fmt: skip
+            finished.append(sum(1 for c in stream if c.choices and c.choices[0].delta.content))
+
+        streamer = threading.Thread(target=long_stream)
+        streamer.start()
+        time.sleep(0.3)
+        edited = copy.deepcopy(doc)
+        edited["routes"].append(
+            {"name": "glm", "models": ["glm-4"], "backends": [{"provider": "beta"}]}
+        )
+        stack.write(edited)
+        _wait_until(lambda: "glm-4" in _served(stack))
+        reply = sdk.chat.completions.create(model="glm-4", messages=HELLO)
+        assert reply.choices[0].message.content
+        streamer.join(15)
+        assert finished == [60], "a stream in flight was cut by the reload"
+
+        # An invalid edit is rejected with file:line and the last good config keeps serving.
+        stack.write_text(stack.config_path.read_text().replace("weight: 3", "weight: lots"))
+        _wait_until(lambda: stack.status()["last_reload"]["ok"] is False)
+        problems = stack.status()["last_reload"]["problems"]
+        assert any("sluicegate.yaml:" in p and "weight" in p for p in problems), problems
+        reply = sdk.chat.completions.create(model="glm-4", messages=HELLO)
+        assert reply.choices[0].message.content
+        assert "glm-4" in _served(stack)
+
+
+def test_delta_xds_mode_serves_and_reloads(tmp_path: Path) -> None:
+    doc = quickstart_on_free_ports(tmp_path)
+    with running_stack(tmp_path, doc, "--ads-mode", "delta") as stack:
+        sdk = client(stack)
+        assert sdk.chat.completions.create(
+            model="deepseek-chat", messages=[{"role": "user", "content": "x"}]
+        ).choices
+        edited = copy.deepcopy(doc)
+        edited["routes"] = [r for r in edited["routes"] if r["name"] != "qwen"]
+        stack.write(edited)
+        _wait_until(lambda: "qwen-plus" not in _served(stack))
+        status, body, _ = post_raw(stack, b'{"model": "qwen-plus", "messages": []}')
+        assert status == 404 and body["error"]["code"] == "model_not_found"
+        nodes = stack.status()["nodes"]
+        assert nodes and all(not any(n.get("nacks", {}).values()) for n in nodes)
