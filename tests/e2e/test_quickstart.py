@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -18,7 +22,14 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.e2e.stack import Stack, quickstart_on_free_ports, running_stack
+from tests.e2e.stack import (
+    EXAMPLES,
+    Stack,
+    alive,
+    children_of,
+    quickstart_on_free_ports,
+    running_stack,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -173,3 +184,89 @@ def test_delta_xds_mode_serves_and_reloads(tmp_path: Path) -> None:
         assert status == 404 and body["error"]["code"] == "model_not_found"
         nodes = stack.status()["nodes"]
         assert nodes and all(not any(n.get("nacks", {}).values()) for n in nodes)
+
+
+def chat_body(model: str, content: str) -> str:
+    return json.dumps({"model": model, "messages": [{"role": "user", "content": content}]})
+
+
+def test_body_over_the_limit_gets_413_json(tmp_path: Path) -> None:
+    doc = quickstart_on_free_ports(tmp_path)
+    doc["limits"]["max_request_body_bytes"] = 64 * 1024
+    with running_stack(tmp_path, doc) as stack:
+        padding = "x" * (100 * 1024)
+        body = chat_body("qwen-plus", padding)
+        status, answer, headers = post_raw(stack, body.encode())
+        assert status == 413, answer
+        assert answer["error"]["code"] and headers["content-type"].startswith("application/json")
+        # Just under the limit still goes through.
+        small = chat_body("qwen-plus", "x" * 1000)
+        status, answer, _ = post_raw(stack, small.encode())
+        assert status == 200, answer
+
+
+def test_status_command_reports_nodes(stack: Stack) -> None:
+    address = stack.doc["sluicegate"]["http"]
+    result = subprocess.run(
+        [sys.executable, "-m", "sluicegate", "status", "--address", address],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert document["last_reload"]["ok"] is True
+    assert [n["node_id"] for n in document["nodes"]] == ["sluicegate-gateway"]
+    assert set(document["models"]) == {"gpt-4o-mini", "qwen-plus", "deepseek-chat"}
+
+
+def _ports_free(ports: list[int]) -> bool:
+    for port in ports:
+        with socket.socket() as probe:
+            # REUSEADDR: connections in TIME_WAIT do not make a port busy for a server.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def test_the_quickstart_file_itself_on_its_documented_addresses(tmp_path: Path) -> None:
+    """`sluicegate up examples/quickstart.yaml` unchanged; Ctrl-C (SIGINT) stops everything."""
+    ports = [10000, 9901, 18000, 18001, 9100, 18081, 18082]
+    if not _ports_free(ports):
+        pytest.skip("a quickstart port is taken on this machine")
+    log_path = tmp_path / "up.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sluicegate", "up", str(EXAMPLES / "quickstart.yaml"),
+             "--work-dir", str(tmp_path / "work")],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, log_path.read_text()
+            try:
+                sdk = OpenAI(base_url="http://127.0.0.1:10000/v1", api_key=DEMO_KEY, max_retries=0)
+                reply = sdk.chat.completions.create(model="gpt-4o-mini", messages=HELLO)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert reply.choices[0].message.content
+        with urllib.request.urlopen("http://127.0.0.1:9901/ready", timeout=5) as ready:
+            assert ready.read().strip() == b"LIVE"
+        with urllib.request.urlopen("http://127.0.0.1:9100/metrics", timeout=5) as metrics:
+            assert b"sluicegate_config_reloads_total" in metrics.read()
+        children = children_of(process.pid)
+        assert len(children) >= 3  # two mock providers and Envoy
+    finally:
+        children = children_of(process.pid)
+        process.send_signal(signal.SIGINT)
+        process.wait(20)
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in children if alive(pid)], "Ctrl-C left processes running"
+    assert _ports_free(ports)

@@ -10,9 +10,12 @@ from google.protobuf.message import Message
 
 
 def pack(message: Message) -> any_pb2.Any:
-    """Wrap a typed config in `google.protobuf.Any`, as every Envoy extension slot wants."""
+    """Wrap a typed config in `google.protobuf.Any`, as every Envoy extension slot wants.
+
+    Deterministic, so map fields (Struct metadata) serialize the same way every time and
+    the control plane's content hashes change only when the content does (xDS rule 3)."""
     packed = any_pb2.Any()
-    packed.Pack(message)
+    packed.Pack(message, deterministic=True)
     return packed
 
 

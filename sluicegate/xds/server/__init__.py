@@ -1,0 +1,61 @@
+"""The ADS server room: snapshots, the cache that pushes them, the gRPC
+servicer (SotW and delta) and a small ADS client for tests and benchmarks.
+
+Decisions (the rule numbers are DESIGN.md's "xDS rules"):
+
+- Rule 2: a request without type_url ends the stream with INVALID_ARGUMENT.
+- Rule 3: a response's version is a hash of the names and per-resource
+  content hashes the client will hold for that type after applying it; when
+  the client holds the whole type it equals `Snapshot.version(type_url)`. So
+  versions survive restarts, and a reconnecting SotW client whose version
+  matches is not sent anything again (delta: `initial_resource_versions`).
+- Rule 5: a NACKed version is never sent again on that stream until the
+  snapshot's version of that type changes. A NACK, or a step that would
+  resend a NACKed version, holds the rest of that push (make before break).
+- Rule 6: a SotW request with a stale nonce still counts as ACK/NACK for
+  `status()`, but changes nothing else and gets no answer.
+- Rule 12: a push runs in steps, each waiting for the client's answers (or
+  `ack_timeout`): secrets; clusters with endpoints; listeners; routes; then
+  removals. SotW CDS first carries old and new clusters, the final CDS goes
+  out last. Clusters that changed get their endpoints resent even if those
+  did not change: Envoy keeps a changed cluster warming (and its CDS ACK
+  back) until it has them.
+"""
+
+from sluicegate.xds.server.cache import SnapshotCache
+from sluicegate.xds.server.client import AdsClient, Received
+from sluicegate.xds.server.server import AdsServicer, bound_port, serve_ads
+from sluicegate.xds.server.snapshot import (
+    CLUSTER,
+    ENDPOINT,
+    FULL_STATE_TYPES,
+    LISTENER,
+    PUSH_ORDER,
+    ROUTE,
+    SECRET,
+    ResourceEntry,
+    Snapshot,
+)
+from sluicegate.xds.server.status import AdsStatus, NackRecord, NodeStatus, TypeStatus
+
+__all__ = [
+    "CLUSTER",
+    "ENDPOINT",
+    "FULL_STATE_TYPES",
+    "LISTENER",
+    "PUSH_ORDER",
+    "ROUTE",
+    "SECRET",
+    "AdsClient",
+    "AdsServicer",
+    "AdsStatus",
+    "NackRecord",
+    "NodeStatus",
+    "Received",
+    "ResourceEntry",
+    "Snapshot",
+    "SnapshotCache",
+    "TypeStatus",
+    "bound_port",
+    "serve_ads",
+]
