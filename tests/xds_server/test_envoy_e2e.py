@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,6 +15,7 @@ from typing import Any
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 
+from sluicegate.envoy import find_envoy_binary
 from sluicegate.xds.server import (
     CLUSTER,
     ENDPOINT,
@@ -35,10 +33,7 @@ NODE = "e2e-envoy"
 
 
 def envoy_binary() -> str:
-    found = shutil.which("envoy") or str(Path(sys.executable).with_name("envoy"))
-    if not os.access(found, os.X_OK):
-        pytest.skip("envoy binary not found")
-    return found
+    return find_envoy_binary()
 
 
 def free_port() -> int:
