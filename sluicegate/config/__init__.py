@@ -7,7 +7,7 @@ Other rooms import from here only:
     problems = validate_file("routes.yaml")         # for `sluicegate validate`
 """
 
-from .addresses import split_host_port
+from .addresses import is_ip_address, split_host_port
 from .loader import load_config, load_config_text, validate_file, validate_text
 from .problems import ConfigError, Problem, Severity
 from .schema import (
@@ -38,6 +38,7 @@ __all__ = [
     "Route",
     "Severity",
     "Tls",
+    "is_ip_address",
     "load_config",
     "load_config_text",
     "resolve_api_keys",

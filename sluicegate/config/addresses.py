@@ -8,8 +8,10 @@ WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})
 _LOOPBACK_NAMES = {"localhost": "127.0.0.1"}
 
 
-def split_host_port(value: str) -> tuple[str, int]:
+def split_host_port(value: str, *, allow_port_zero: bool = False) -> tuple[str, int]:
     """Split `host:port` or `[v6]:port` into (host, port); raise ValueError when malformed.
+
+    Port 0 ("pick a free one") is only for servers that report the port they got.
 
     >>> split_host_port("127.0.0.1:18000")
     ('127.0.0.1', 18000)
@@ -32,7 +34,7 @@ def split_host_port(value: str) -> tuple[str, int]:
     if not port_text.isascii() or not port_text.isdigit():
         raise ValueError(f"expected a numeric port after ':', got {value!r}")
     port = int(port_text)
-    if not 1 <= port <= 65535:
+    if not (0 if allow_port_zero else 1) <= port <= 65535:
         raise ValueError(f"port must be between 1 and 65535, got {port}")
     return host, port
 

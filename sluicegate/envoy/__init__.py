@@ -10,7 +10,6 @@ envoy.stats(); envoy.config_dump()
 await envoy.stop()
 """
 
-from .address import parse_address
 from .admin import AdminError
 from .bootstrap import AdsMode, bootstrap_dict, bootstrap_yaml, make_bootstrap
 from .launcher import EnvoyProcess, EnvoyStartError, find_envoy_binary
@@ -24,5 +23,4 @@ __all__ = [
     "bootstrap_yaml",
     "find_envoy_binary",
     "make_bootstrap",
-    "parse_address",
 ]

@@ -25,8 +25,9 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import any_pb2, duration_pb2, json_format, struct_pb2, wrappers_pb2
 
 from sluicegate import wire
+from sluicegate.config import is_ip_address, split_host_port
 
-from .address import is_ip, parse_address, socket_address
+from .address import socket_address
 
 AdsMode = Literal["sotw", "delta"]
 
@@ -55,7 +56,7 @@ def _pack(message: Any) -> any_pb2.Any:
 
 def _grpc_cluster(name: str, address: str) -> cluster_pb2.Cluster:
     """A static HTTP/2 cluster for a gRPC server at `address` (IP: STATIC, name: DNS)."""
-    host, port = parse_address(address)
+    host, port = split_host_port(address)
     keepalive = protocol_pb2.KeepaliveSettings(
         interval=_seconds(_KEEPALIVE_INTERVAL_S), timeout=_seconds(_KEEPALIVE_TIMEOUT_S)
     )
@@ -70,7 +71,7 @@ def _grpc_cluster(name: str, address: str) -> cluster_pb2.Cluster:
     )
     cluster = cluster_pb2.Cluster(
         name=name,
-        type=cluster_pb2.Cluster.STATIC if is_ip(host) else cluster_pb2.Cluster.STRICT_DNS,
+        type=cluster_pb2.Cluster.STATIC if is_ip_address(host) else cluster_pb2.Cluster.STRICT_DNS,
         connect_timeout=_seconds(_CONNECT_TIMEOUT_S),
         circuit_breakers=circuit_breaker_pb2.CircuitBreakers(thresholds=[thresholds]),
         load_assignment=endpoint_pb2.ClusterLoadAssignment(
@@ -88,7 +89,7 @@ def _grpc_cluster(name: str, address: str) -> cluster_pb2.Cluster:
             ],
         ),
     )
-    if not is_ip(host):
+    if not is_ip_address(host):
         cluster.dns_lookup_family = cluster_pb2.Cluster.V4_PREFERRED
     cluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].Pack(options)
     return cluster
@@ -203,7 +204,7 @@ def make_bootstrap(
     """
     if not node_id:
         raise ValueError("node_id must not be empty")
-    admin_host, admin_port = parse_address(admin_address, allow_port_zero=True)
+    admin_host, admin_port = split_host_port(admin_address, allow_port_zero=True)
     return bootstrap_pb2.Bootstrap(
         node=base_pb2.Node(id=node_id, cluster=cluster),
         admin=bootstrap_pb2.Admin(address=socket_address(admin_host, admin_port)),
