@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 import aiohttp
-from tests.filters.bench_ext_proc import CHAT_BODY, _serve, cpu_seconds
 
+from benchmarks.bench_ext_proc import CHAT_BODY, _serve, cpu_seconds
 from sluicegate.envoy import EnvoyProcess
 from tests.envoy.static_gateway import static_gateway
 

@@ -1,4 +1,4 @@
-"""The `sluicegate` command: up | validate | bootstrap | mock-provider | status."""
+"""The `sluicegate` command: up | validate | bootstrap | mock-provider | status | drain."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -88,6 +89,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0 if last.get("ok", False) and not nacked else 1
 
 
+def _cmd_drain(args: argparse.Namespace) -> int:
+    url = f"http://{args.address}/drain/{args.provider}"
+    request = urllib.request.Request(url, method="DELETE" if args.undo else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            document = json.load(response)
+    except urllib.error.HTTPError as err:
+        print(f"sluicegate drain: {json.load(err).get('error', err)}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"cannot reach sluicegate at {url}: {err}", file=sys.stderr)
+        return 1
+    print(f"drained: {', '.join(document['drained']) or '(none)'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sluicegate.provider import add_mock_provider_arguments
 
@@ -121,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     mock = sub.add_parser("mock-provider", help="run a mock OpenAI-compatible provider")
     add_mock_provider_arguments(mock)
     mock.set_defaults(func=_cmd_mock_provider)
+
+    drain = sub.add_parser("drain", help="move new traffic off a provider (in-flight finishes)")
+    drain.add_argument("provider")
+    drain.add_argument("--undo", action="store_true", help="put the provider back in rotation")
+    drain.add_argument("--address", default="127.0.0.1:9100", help="sluicegate HTTP HOST:PORT")
+    drain.set_defaults(func=_cmd_drain)
 
     status = sub.add_parser("status", help="show config version, Envoy nodes and NACKs")
     status.add_argument("--address", default="127.0.0.1:9100", help="sluicegate HTTP HOST:PORT")

@@ -22,9 +22,12 @@ EXT_PROC_CLUSTER: Final = "sluicegate_ext_proc"
 # Endpoint metadata namespace carrying per-provider facts to per-attempt filters.
 METADATA_NAMESPACE: Final = "sluicegate"
 META_PROVIDER: Final = "provider"
-META_AUTHORIZATION: Final = "authorization"
 META_PATH_PREFIX: Final = "path_prefix"
 META_MODEL_MAP: Final = "model_map"
 
 # Envoy's attribute carrying the chosen host's metadata to an upstream ext_proc.
 UPSTREAM_HOST_METADATA_ATTRIBUTE: Final = "xds.upstream_host_metadata"
+
+# SDS name of a provider's upstream key (`sluicegate-key-<provider>`); the Secret holds
+# `Bearer <key>`. Keys never appear in clusters, routes or endpoint metadata.
+KEY_SECRET_PREFIX: Final = "sluicegate-key-"

@@ -8,8 +8,23 @@ Other rooms import from here only:
 """
 
 from .addresses import is_ip_address, split_host_port
+from .drain import drained_view
 from .loader import load_config, load_config_text, validate_file, validate_text
 from .problems import ConfigError, Problem, Severity
+from .resilience import (
+    Backoff,
+    HealthCheck,
+    Http2,
+    OutlierDetection,
+    Pool,
+    Resilience,
+    Retries,
+    RetryBudget,
+    Timeouts,
+    effective,
+    format_duration_ms,
+    parse_duration_ms,
+)
 from .schema import (
     Addresses,
     ApiKeySource,
@@ -28,19 +43,32 @@ __all__ = [
     "Addresses",
     "ApiKeySource",
     "Backend",
+    "Backoff",
     "Config",
     "ConfigError",
+    "HealthCheck",
+    "Http2",
     "Limits",
     "Listener",
     "MockProvider",
+    "OutlierDetection",
+    "Pool",
     "Problem",
     "Provider",
+    "Resilience",
+    "Retries",
+    "RetryBudget",
     "Route",
     "Severity",
+    "Timeouts",
     "Tls",
+    "drained_view",
+    "effective",
+    "format_duration_ms",
     "is_ip_address",
     "load_config",
     "load_config_text",
+    "parse_duration_ms",
     "resolve_api_keys",
     "split_host_port",
     "validate_file",

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from .resilience import Resilience
 from .schema import Addresses, Config, Listener, Provider, Route
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -46,6 +47,9 @@ class Document:
     # False when some listener, provider or route failed validation: rules that need
     # the whole picture (e.g. "no route uses this provider") must then stay quiet.
     complete: bool
+    # The top-level `defaults:` (pools, timeouts, retries, outlier detection), or None
+    # when it failed validation: rules on a route's effective settings then stay quiet.
+    defaults: Resilience | None = None
 
     @property
     def provider_names(self) -> tuple[str, ...]:
@@ -69,6 +73,7 @@ class Document:
                 "routes": tuple(enumerate(x.name for x in config.routes)),
             },
             complete=True,
+            defaults=config.defaults,
         )
 
     @classmethod
@@ -87,6 +92,7 @@ class Document:
             backends=tuple(_backend_refs(raw["routes"])),
             names={section: tuple(_names(items)) for section, items in raw.items()},
             complete=valid == sum(len(items) for items in raw.values()),
+            defaults=_valid(Resilience, data.get("defaults", {})),
         )
 
 

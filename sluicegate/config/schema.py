@@ -13,6 +13,15 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .addresses import is_ip_address, split_host_port
+from .resilience import (
+    HealthCheck,
+    OutlierDetection,
+    Pool,
+    Protocol,
+    Resilience,
+    Retries,
+    Timeouts,
+)
 
 
 class Strict(BaseModel):
@@ -87,6 +96,14 @@ class Provider(Strict):
     # model name the client asks for -> model name this provider knows it by
     model_map: dict[str, str] = Field(default_factory=dict)
     mock: MockProvider | None = None
+    # HTTP/1.1 (keep-alive, one request per connection at a time) or HTTP/2 (many streams
+    # per connection; tune it with pool.http2). One route's providers must agree: Envoy
+    # sets the protocol per route cluster.
+    protocol: Protocol = "http1"
+    # Optional active health checks of this provider (resilience.HealthCheck).
+    health_check: HealthCheck | None = None
+    # Take no new requests (requests in flight finish); `sluicegate drain` does the same live.
+    drain: bool = False
 
     @field_validator("base_url")
     @classmethod
@@ -124,6 +141,11 @@ class Route(Strict):
     models: list[str] = Field(min_length=1)
     path_prefix: str = Field(default="/v1/", pattern=r"^/")
     backends: list[Backend] = Field(min_length=1)
+    # Overrides of the top-level `defaults:`; only the fields written here change.
+    pool: Pool | None = None
+    timeouts: Timeouts | None = None
+    retries: Retries | None = None
+    outlier_detection: OutlierDetection | None = None
 
     @field_validator("models")
     @classmethod
@@ -163,6 +185,8 @@ class Config(Strict):
     version: Literal[1]
     sluicegate: Addresses = Field(default_factory=Addresses)
     limits: Limits = Field(default_factory=Limits)
+    # Pools, timeouts, retries and outlier detection for every route (resilience.py).
+    defaults: Resilience = Field(default_factory=Resilience)
     listeners: list[Listener] = Field(min_length=1)
     providers: list[Provider] = Field(min_length=1)
     routes: list[Route] = Field(min_length=1)

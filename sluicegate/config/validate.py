@@ -7,13 +7,21 @@ path. Socket collisions live in `sockets.py`.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from .document import Document
-from .problems import Problem
+from .problems import Problem, Severity
+from .resilience import (
+    HealthCheck,
+    Resilience,
+    effective,
+    format_duration_ms,
+    set_in,
+)
+from .schema import Provider, Route
 from .sockets import check_sockets
-from .source import Locator, format_key_path
+from .source import KeyPath, Locator, format_key_path
 
 Rule = Callable[[Document, Locator], Iterable[Problem]]
 
@@ -151,6 +159,174 @@ def check_mock_urls(doc: Document, at: Locator) -> Iterable[Problem]:
             )
 
 
+_PROTOCOL_NAMES = {"http1": "HTTP/1.1", "http2": "HTTP/2"}
+
+
+def _route_providers(doc: Document, route: Route) -> list[tuple[int, int, Provider]]:
+    """(backend index, provider index, provider) for the route's valid, known providers."""
+    by_name = {provider.name: (p, provider) for p, provider in doc.providers}
+    return [
+        (b, *by_name[backend.provider])
+        for b, backend in enumerate(route.backends)
+        if backend.provider in by_name
+    ]
+
+
+def check_protocols(doc: Document, at: Locator) -> Iterable[Problem]:
+    """Envoy sets the upstream protocol per cluster, and a route is one cluster."""
+    for r, route in doc.routes:
+        providers = _route_providers(doc, route)
+        if not providers:
+            continue
+        _, first_p, first = providers[0]
+        for b, _, provider in providers[1:]:
+            if provider.protocol != first.protocol:
+                yield at.error(
+                    ("routes", r, "backends", b, "provider"),
+                    f"route '{route.name}' mixes {_PROTOCOL_NAMES[provider.protocol]} "
+                    f"provider '{provider.name}' with {_PROTOCOL_NAMES[first.protocol]} "
+                    f"provider '{first.name}' "
+                    f"(at {_where(at, ('providers', first_p))}); Envoy "
+                    "speaks one protocol per route: give them the same protocol or serve "
+                    "them in separate routes",
+                )
+
+
+def health_check_key(provider: Provider, check: HealthCheck) -> tuple[object, ...]:
+    """What one route's health-checked providers must share (Envoy: one check per cluster)."""
+    path = check.path or f"{urlsplit(provider.base_url).path.rstrip('/')}/models"
+    return (
+        path,
+        check.interval,
+        check.timeout,
+        check.unhealthy_threshold,
+        check.healthy_threshold,
+        tuple(check.status_ranges()),
+    )
+
+
+def check_health_checks(doc: Document, at: Locator) -> Iterable[Problem]:
+    for r, route in doc.routes:
+        first: tuple[Provider, int, tuple[object, ...]] | None = None
+        for b, p, provider in _route_providers(doc, route):
+            if provider.health_check is None:
+                continue
+            key = health_check_key(provider, provider.health_check)
+            if first is None:
+                first = (provider, p, key)
+            elif key != first[2]:
+                other, other_p, other_key = first
+                detail = (
+                    f"path {key[0]} vs {other_key[0]}" if key[0] != other_key[0] else "settings"
+                )
+                yield at.error(
+                    ("routes", r, "backends", b, "provider"),
+                    f"providers '{provider.name}' and '{other.name}' of route '{route.name}' "
+                    f"have different health checks ({detail}; '{other.name}' at "
+                    f"{_where(at, ('providers', other_p, 'health_check'))}); Envoy runs one "
+                    "health check per route: give them the same health_check settings "
+                    "(e.g. an explicit path) or serve them in separate routes",
+                )
+
+
+Finding = tuple[Severity, tuple[tuple[str, ...], ...], str]
+
+
+def _setting_findings(settings: Resilience) -> Iterator[Finding]:
+    """Rules on one set of settings: (severity, the fields involved, message)."""
+    timeouts = settings.timeouts
+    first_byte, idle, total = timeouts.first_byte, timeouts.idle, timeouts.total
+    backoff = settings.retries.backoff
+    if backoff.base > backoff.max:
+        yield (
+            "error",
+            (("retries", "backoff", "base"), ("retries", "backoff", "max")),
+            f"backoff base ({format_duration_ms(backoff.base)}) is longer than backoff max "
+            f"({format_duration_ms(backoff.max)})",
+        )
+    outlier = settings.outlier_detection
+    if outlier.base_ejection_time > outlier.max_ejection_time:
+        yield (
+            "error",
+            (
+                ("outlier_detection", "base_ejection_time"),
+                ("outlier_detection", "max_ejection_time"),
+            ),
+            f"base_ejection_time ({format_duration_ms(outlier.base_ejection_time)}) is longer "
+            f"than max_ejection_time ({format_duration_ms(outlier.max_ejection_time)})",
+        )
+    if first_byte and idle and idle < first_byte:
+        yield (
+            "warning",
+            (("timeouts", "idle"), ("timeouts", "first_byte")),
+            f"idle ({format_duration_ms(idle)}) is shorter than first_byte "
+            f"({format_duration_ms(first_byte)}): the idle timer also runs while waiting for "
+            "the first byte, so it fires first and first_byte never does",
+        )
+    if total and first_byte and first_byte >= total:
+        yield (
+            "warning",
+            (("timeouts", "first_byte"), ("timeouts", "total")),
+            f"first_byte ({format_duration_ms(first_byte)}) is not shorter than total "
+            f"({format_duration_ms(total)}), so a slow attempt is never retried",
+        )
+    if total and idle and idle >= total:
+        yield (
+            "warning",
+            (("timeouts", "idle"), ("timeouts", "total")),
+            f"idle ({format_duration_ms(idle)}) is not shorter than total "
+            f"({format_duration_ms(total)}), so it never fires",
+        )
+
+
+def check_resilience(doc: Document, at: Locator) -> Iterable[Problem]:
+    """Rules on the `defaults:` section, then on each route's effective settings.
+
+    A problem found in `defaults` is reported there once; a route reports only problems
+    that involve a field the route itself sets.
+    """
+    defaults = doc.defaults
+    if defaults is None:
+        return
+    for severity, fields, message in _setting_findings(defaults):
+        origin = next((f for f in fields if set_in(defaults, None, f) == "defaults"), fields[0])
+        yield at.problem(("defaults", *origin), message, severity)
+    for r, route in doc.routes:
+        settings = effective(defaults, route)
+        for severity, fields, message in _setting_findings(settings):
+            mine = [f for f in fields if set_in(defaults, route, f) == "route"]
+            if mine:
+                path: KeyPath = ("routes", r, *mine[0])
+                yield at.problem(path, f"route '{route.name}': {message}", severity)
+        yield from _ejection_problems(doc, at, r, route, settings)
+
+
+def _ejection_problems(
+    doc: Document, at: Locator, r: int, route: Route, settings: Resilience
+) -> Iterator[Problem]:
+    outlier = settings.outlier_detection
+    count = len(_route_providers(doc, route))
+    if not outlier.enabled or count < 2:
+        return
+    # Envoy ejects only while (ejected + 1) / hosts stays within max_ejection_percent.
+    if 100 / count > outlier.max_ejection_percent:
+        field_path = ("outlier_detection", "max_ejection_percent")
+        origin = set_in(doc.defaults, route, field_path)
+        path: KeyPath = (
+            ("routes", r, *field_path)
+            if origin == "route"
+            else ("defaults", *field_path)
+            if origin == "defaults"
+            else ("routes", r, "name")
+        )
+        yield at.warning(
+            path,
+            f"route '{route.name}' has {count} providers, so max_ejection_percent "
+            f"{outlier.max_ejection_percent} lets Envoy eject none of them; use at least "
+            f"{-(-100 // count)}",
+        )
+
+
 def _unknown_provider(name: str, known: tuple[str, ...]) -> str:
     message = f"unknown provider '{name}' (known: {', '.join(known) or 'none'})"
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
@@ -170,5 +346,8 @@ RULES: tuple[Rule, ...] = (
     check_provider_use,
     check_tls,
     check_mock_urls,
+    check_protocols,
+    check_health_checks,
+    check_resilience,
     check_sockets,
 )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -21,13 +20,15 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
+
+from sluicegate.process import die_with_parent
 
 from .admin import AdminError, admin_get, admin_json, flatten_stats
 
@@ -36,7 +37,6 @@ DEFAULT_START_TIMEOUT_S: Final = 15.0
 DEFAULT_STOP_TIMEOUT_S: Final = 10.0
 _POLL_S: Final = 0.05
 _LOG_TAIL_LINES: Final = 40
-_PR_SET_PDEATHSIG: Final = 1
 
 
 class EnvoyStartError(RuntimeError):
@@ -52,22 +52,6 @@ def find_envoy_binary() -> str:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     raise FileNotFoundError("no `envoy` binary on PATH or next to the Python interpreter")
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn asking Linux to SIGTERM the child when its parent thread exits."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    term = int(signal.SIGTERM)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, term)
-
-    return preexec
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
@@ -176,13 +160,13 @@ class EnvoyProcess:
         self._admin_path.unlink(missing_ok=True)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                [binary, *self._args],
+                die_with_parent([binary, *self._args]) if self._die_with_parent
+                else [binary, *self._args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.work_dir,
                 start_new_session=True,
-                preexec_fn=_die_with_parent() if self._die_with_parent else None,
             )
         self._finalizer = weakref.finalize(self, _kill, self._process)
 

@@ -4,7 +4,8 @@ Stages (told apart by the gRPC initial metadata `x-sluicegate-stage`):
   routing  downstream filter; reads the body's `model`, sets `x-sluicegate-model`
            and clears the route cache, or answers 400/404 in OpenAI's format.
   attempt  upstream filter; per provider: maps the model, rewrites `:path`,
-           keeps `content-length` right, marks `x-sluicegate-provider`.
+           keeps `content-length` right. It never sees a provider key: Envoy's
+           credential_injector sets `Authorization` after it, from SDS.
 """
 
 from .attempt import REQUEST_ATTRIBUTES, ROUTE_METADATA_ATTRIBUTE

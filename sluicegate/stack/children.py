@@ -2,26 +2,17 @@
 
 `sluicegate up` starts mock providers (and Envoy, through sluicegate.envoy) as
 children. Each child asks the kernel for SIGTERM when its parent dies
-(PR_SET_PDEATHSIG), so even a SIGKILLed `up` leaves nothing running.
+(via sluicegate.process), so even a SIGKILLed `up` leaves nothing running.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+from sluicegate.process import die_with_parent
 
 
 def spawn(
@@ -31,12 +22,11 @@ def spawn(
     log = log_path.open("ab")
     try:
         return subprocess.Popen(
-            list(argv),
+            die_with_parent(argv),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=None if env is None else {**os.environ, **env},
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
     finally:
         log.close()  # the child holds its own descriptor

@@ -1,9 +1,15 @@
 """The control plane's one job: turn a config file into pushed state.
 
-It loads and validates the YAML, translates it (pure) into Envoy resources,
-hands the snapshot to the ADS cache (which pushes only what changed) and the
-routing table to the ext_proc filter. An invalid file never replaces the last
-good config: the error is kept for `/status` and logged with file:line.
+It loads and validates the YAML, reads the provider keys (env or file) again,
+translates it (pure) into Envoy resources, hands the snapshot to the ADS cache
+(which pushes only what changed) and the routing table to the ext_proc filter.
+An invalid file never replaces the last good config: the error is kept for
+`/status` and logged with file:line.
+
+Keys go to Envoy only as SDS secrets (`sluicegate-key-<provider>`); a rotated
+key changes only its secret, which Envoy swaps in place (no cluster re-warms,
+streams in flight continue). `watched_paths` lists the config file and the key
+files of the last good config, so editing either reloads.
 """
 
 from __future__ import annotations
@@ -14,7 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sluicegate.config import Config, ConfigError, load_config, resolve_api_keys
+from sluicegate.config import (
+    Config,
+    ConfigError,
+    drained_view,
+    load_config,
+    resolve_api_keys,
+)
 from sluicegate.filters import RoutingTable
 from sluicegate.xds.server import Snapshot, SnapshotCache
 from sluicegate.xds.translate import build_ir, routing_table_entries, translate
@@ -50,6 +62,23 @@ class ControlPlane:
         self.last_outcome: ReloadOutcome | None = None
         self.reloads_ok = 0
         self.reloads_failed = 0
+        self.keys: dict[str, str | None] = {}
+        # Providers drained live by `sluicegate drain` (the file's `drain: true` adds to these).
+        self.drained: set[str] = set()
+
+    def watched_paths(self) -> list[Path]:
+        """The config file, then the key files its last good version names (resolved as
+        `resolve_api_keys` does: relative to the config file's directory)."""
+        paths = [self.path]
+        if self.config is not None:
+            for provider in self.config.providers:
+                source = provider.api_key
+                if source is not None and source.file is not None:
+                    key_file = Path(source.file).expanduser()
+                    paths.append(
+                        key_file if key_file.is_absolute() else self.path.parent / key_file
+                    )
+        return paths
 
     def load(self) -> ReloadOutcome:
         """Load the file; on success publish it, on failure keep serving the last good one."""
@@ -63,7 +92,29 @@ class ControlPlane:
                 log.error("config rejected, last good config keeps serving: %s", line)
             self.last_outcome = ReloadOutcome(ok=False, at=time.time(), problems=problems)
             return self.last_outcome
-        ir = build_ir(config, keys)
+        self.keys = keys
+        return self.publish(config)
+
+    def set_drained(self, provider: str, drained: bool) -> ReloadOutcome:
+        """`sluicegate drain`: take a provider out of (or back into) rotation, live.
+
+        Kept across reloads until undone; the file's `drain: true` adds to it.
+        """
+        if self.config is None or provider not in {p.name for p in self.config.providers}:
+            raise KeyError(provider)
+        if drained:
+            self.drained.add(provider)
+        else:
+            self.drained.discard(provider)
+        log.info("provider %s %s", provider, "drained" if drained else "back in rotation")
+        return self.publish(self.config)
+
+    def publish(self, config: Config) -> ReloadOutcome:
+        """Translate config (with drains applied) and hand it to Envoy and the filter."""
+        effective, warnings = drained_view(config, self.drained)
+        for warning in warnings:
+            log.warning("%s", warning)
+        ir = build_ir(effective, self.keys)
         snapshot = Snapshot.from_resources(translate(ir))
         changed = _changed_types(self.snapshot, snapshot)
         self.config = config

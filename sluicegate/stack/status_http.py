@@ -61,6 +61,9 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
         },
         "versions": {} if cp.snapshot is None else cp.snapshot.versions(),
         "models": sorted(cp.routing_table),
+        "drained": sorted(
+            cp.drained | {p.name for p in (cp.config.providers if cp.config else ()) if p.drain}
+        ),
         "nodes": [s.to_dict() for s in cp.cache.status()],
     }
 
@@ -75,6 +78,15 @@ def make_app(cp: ControlPlane) -> web.Application:
     async def status(_: web.Request) -> web.Response:
         return web.json_response(status_document(cp), dumps=lambda o: json.dumps(o, indent=2))
 
+    async def drain(request: web.Request) -> web.Response:
+        """POST drains a provider, DELETE puts it back; both answer the new status."""
+        provider = request.match_info["provider"]
+        try:
+            cp.set_drained(provider, drained=request.method == "POST")
+        except KeyError:
+            return web.json_response({"error": f"unknown provider '{provider}'"}, status=404)
+        return web.json_response(status_document(cp))
+
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok" if cp.config is not None else "no config", status=200)
 
@@ -82,6 +94,8 @@ def make_app(cp: ControlPlane) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/status", status)
     app.router.add_get("/healthz", healthz)
+    app.router.add_post("/drain/{provider}", drain)
+    app.router.add_delete("/drain/{provider}", drain)
     return app
 
 

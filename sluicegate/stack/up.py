@@ -22,7 +22,7 @@ from sluicegate.filters import ExtProcServer
 from sluicegate.stack.control_plane import ControlPlane
 from sluicegate.stack.mocks import start_mocks, stop_mocks
 from sluicegate.stack.status_http import start_status_http
-from sluicegate.stack.watcher import watch_file
+from sluicegate.stack.watcher import watch_files
 from sluicegate.xds.server import SnapshotCache, serve_ads
 
 log = logging.getLogger("sluicegate.up")
@@ -99,7 +99,8 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
                 log.info("gateway listening on http://%s:%d", listener.address, listener.port)
             log.info("Envoy admin on http://%s (logs in %s)", addresses.envoy_admin, work_dir)
 
-        watcher = asyncio.create_task(watch_file(path, control_plane.load))
+        # The config file and the key files it names: a rotated key reloads too.
+        watcher = asyncio.create_task(watch_files(control_plane.watched_paths, control_plane.load))
         stack.callback(watcher.cancel)
         log.info("sluicegate is up; Ctrl-C stops everything")
         await stop_event.wait()

@@ -157,6 +157,70 @@ routes:
 """,
         {},
     ),
+    # Resilience: defaults changed at the top, overridden per route; an HTTP/2 provider
+    # over TLS (ALPN h2); per-provider connection limit; active health checks for one
+    # provider of a route (the other opts out); retries and outlier detection off.
+    "resilience": (
+        """
+version: 1
+defaults:
+  pool:
+    max_connections: 200
+    max_pending_requests: 50
+    max_requests: 300
+    max_connections_per_provider: 64
+    idle_timeout: 30s
+    max_requests_per_connection: 1000
+  timeouts: {connect: 1s, first_byte: 20s, idle: 30s, total: 5m}
+  retries:
+    max_retries: 3
+    retry_on: [connect-failure, reset, 429, 503]
+    backoff: {base: 250ms, max: 4s}
+    retry_after_max: 30s
+    budget: {percent: 25.5, min_concurrency: 5}
+  outlier_detection:
+    consecutive_5xx: 0
+    consecutive_gateway_failure: 2
+    interval: 2s
+    base_ejection_time: 10s
+    max_ejection_time: 1m
+    max_ejection_percent: 100
+listeners:
+  - {name: main, port: 8080}
+providers:
+  - name: fast
+    base_url: https://fast.example/v1
+    api_key: {env: FAST_KEY}
+    protocol: http2
+  - name: primary
+    base_url: http://10.0.0.1:8000/v1
+    api_key: {env: PRIMARY_KEY}
+    health_check:
+      {interval: 3s, timeout: 1s, unhealthy_threshold: 3, expected_statuses: [200, "401-404"]}
+  - name: backup
+    base_url: http://10.0.0.2:8000/v1
+routes:
+  - name: h2
+    models: [fast-model]
+    pool: {http2: {max_concurrent_streams: 50, keepalive_interval: 20s, keepalive_timeout: 2s}}
+    backends: [{provider: fast}]
+  - name: checked
+    models: [big-model]
+    timeouts: {first_byte: 0, idle: 45s, total: 0}
+    retries: {backoff: {base: 1s}, other_provider: true}
+    backends:
+      - {provider: primary}
+      - {provider: backup, priority: 1}
+  - name: plain
+    models: [small-model]
+    timeouts: {first_byte: 0, idle: 0}
+    retries: {max_retries: 0}
+    outlier_detection: {enabled: false}
+    pool: {max_connections_per_provider: 0, idle_timeout: 0}
+    backends: [{provider: backup}]
+""",
+        {"fast": "sk-fast-test", "primary": "sk-primary-test", "backup": None},
+    ),
 }
 
 

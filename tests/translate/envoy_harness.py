@@ -4,7 +4,8 @@
 cluster with the same ClusterLoadAssignment), so `envoy --mode validate` checks every
 generated message, and a running Envoy serves exactly what the control plane would push.
 `ads_bootstrap` keeps listeners and clusters as generated (rds / eds_config over ADS) to
-check those config sources too.
+check those config sources too. Provider keys (SDS over ADS when pushed) become static
+secrets in `static_bootstrap`, referenced by name; `ads_bootstrap` keeps them on ADS.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from google.protobuf.message import Message
 
 from sluicegate import wire
 from sluicegate.envoy import find_envoy_binary
-from sluicegate.xds.translate import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from sluicegate.xds.translate import CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET
 
 ENVOY = find_envoy_binary()
 
@@ -87,7 +88,8 @@ def _grpc_cluster(name: str, port: int) -> dict[str, Any]:
 def static_bootstrap(
     resources: Mapping[str, Sequence[Message]], *, ext_proc_port: int, admin_port: int = 0
 ) -> dict[str, Any]:
-    """Listeners with inline route configs, EDS clusters turned STATIC with their CLA."""
+    """Listeners with inline route configs, EDS clusters turned STATIC with their CLA,
+    SDS secrets turned static (a static secret is named without `sds_config`)."""
     routes = {r.name: r for r in resources[ROUTE] if isinstance(r, route_pb2.RouteConfiguration)}
     assignments = {
         a.cluster_name: a
@@ -119,8 +121,21 @@ def static_bootstrap(
     clusters.append(_grpc_cluster(wire.EXT_PROC_CLUSTER, ext_proc_port))
     return {
         "admin": _admin(admin_port),
-        "static_resources": {"listeners": listeners, "clusters": clusters},
+        "static_resources": {
+            "listeners": without_sds_config(listeners),
+            "clusters": without_sds_config(clusters),
+            "secrets": [to_dict(item) for item in resources.get(SECRET, ())],
+        },
     }
+
+
+def without_sds_config(value: Any) -> Any:
+    """A copy with every SdsSecretConfig's `sds_config` dropped: it then names a static secret."""
+    if isinstance(value, dict):
+        return {key: without_sds_config(item) for key, item in value.items() if key != "sds_config"}
+    if isinstance(value, list):
+        return [without_sds_config(item) for item in value]
+    return value
 
 
 def ads_bootstrap(resources: Mapping[str, Sequence[Message]]) -> dict[str, Any]:

@@ -259,7 +259,9 @@ async def test_certificate_must_match_the_provider_name(gateway: Gateway) -> Non
         gateway, "POST", "/v1/chat/completions", json={"model": "impostor-model"}
     )
     assert status == 503
-    assert _openai_error(status, content_type, body)["code"] == "upstream_unavailable"
+    error = _openai_error(status, content_type, body)
+    assert error["code"] == "upstream_connect_error"
+    assert "CERTIFICATE_VERIFY_FAILED" in error["message"]
     assert len(secure.seen) == before
 
 
@@ -269,8 +271,9 @@ async def test_no_upstream_is_an_openai_503(gateway: Gateway) -> None:
     )
     error = _openai_error(status, content_type, body)
     assert status == 503
-    assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable")
-    assert error["message"]
+    # Nothing listens there: refused, retried, then Envoy's own 503 with the cause's code.
+    assert (error["type"], error["code"]) == ("server_error", "upstream_connect_error")
+    assert "Connection_refused" in error["message"]
 
 
 async def test_body_over_the_limit_is_an_openai_413(gateway: Gateway) -> None:

@@ -1,7 +1,7 @@
 """Golden files: each config case in cases.py, translated, equals tests/translate/golden/.
 
 Each resource list is stored as YAML (MessageToDict with proto field names, keys sorted)
-in `golden/<case>/<type>.yaml`, type one of listener, route, cluster, endpoint.
+in `golden/<case>/<type>.yaml`, type one of listener, route, cluster, endpoint, secret.
 
 After an intended change, regenerate and review the diff:
 
@@ -19,14 +19,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sluicegate.xds.translate import CLUSTER, ENDPOINT, LISTENER, ROUTE, translate
+from sluicegate.xds.translate import CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, translate
 
 from .cases import CASES, ir_of
 from .envoy_harness import ads_bootstrap, static_bootstrap, to_dict, validate
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("SLUICEGATE_UPDATE_GOLDENS") == "1"
-FILES = {LISTENER: "listener", ROUTE: "route", CLUSTER: "cluster", ENDPOINT: "endpoint"}
+FILES = {
+    LISTENER: "listener",
+    ROUTE: "route",
+    CLUSTER: "cluster",
+    ENDPOINT: "endpoint",
+    SECRET: "secret",
+}
 
 
 def render(case: str) -> dict[str, str]:
@@ -66,7 +72,7 @@ def test_translation_is_deterministic(case: str) -> None:
 @pytest.mark.e2e
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_envoy_accepts_inlined_resources(case: str, tmp_path: Path) -> None:
-    """Every generated Listener, RouteConfiguration, Cluster and ClusterLoadAssignment."""
+    """Every generated Listener, RouteConfiguration, Cluster, ClusterLoadAssignment, Secret."""
     result = validate(static_bootstrap(translate(ir_of(case)), ext_proc_port=1), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 

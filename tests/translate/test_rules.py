@@ -25,9 +25,11 @@ from google.protobuf.message import Message
 from sluicegate import wire
 from sluicegate.xds.translate import (
     CLUSTER,
+    CREDENTIALS_FILTER,
     ENDPOINT,
     LISTENER,
     ROUTE,
+    SECRET,
     TYPE_URLS,
     GatewayIR,
     TranslateError,
@@ -150,7 +152,10 @@ def test_client_model_header_is_removed_before_routing() -> None:
     (extension,) = hcm.early_header_mutation_extensions
     mutation = early_pb2.HeaderMutation()
     assert extension.typed_config.Unpack(mutation)
-    assert [m.remove for m in mutation.mutations] == [wire.MODEL_HEADER]
+    model, envoy_headers = mutation.mutations
+    assert model.remove == wire.MODEL_HEADER
+    # Clients cannot steer retries or timeouts with x-envoy-* request headers.
+    assert envoy_headers.remove_on_match.key_matcher.prefix == "x-envoy-"
 
 
 def test_local_replies_pass_json_through_first_and_default_to_openai_errors() -> None:
@@ -173,11 +178,12 @@ def test_local_replies_pass_json_through_first_and_default_to_openai_errors() ->
 # --- routes ----------------------------------------------------------------------------
 
 
-def test_model_routes_never_time_out_and_rewrite_host() -> None:
+def test_model_routes_set_their_deadline_and_rewrite_host() -> None:
     routes = model_routes(ir_of("weighted_keys"))
     assert len(routes) == 2  # one per model
     for route in routes:
-        assert route.route.HasField("timeout") and route.route.timeout.ToSeconds() == 0
+        # Always written: Envoy's default (15 s) would cut long streams.
+        assert route.route.HasField("timeout") and route.route.timeout.ToSeconds() == 600
         assert route.route.auto_host_rewrite.value
         assert route.route.cluster == "route-chat"
         assert route.match.prefix == "/v1/"
@@ -281,10 +287,19 @@ def test_attempt_stage_only_where_a_route_needs_rewriting() -> None:
         "envoy.filters.http.ext_proc",
         "envoy.filters.http.upstream_codec",
     ]
-    assert upstream_filters(clusters["route-mixed"]) == with_attempt  # prefixes differ
-    assert upstream_filters(clusters["route-renamed"]) == with_attempt  # model_map
-    assert upstream_filters(clusters["route-bare"]) == [with_attempt[0], with_attempt[2]]
-    config = ext_proc_of(protocol_options(clusters["route-mixed"]).http_filters[1].typed_config)
+
+    def without_keys(name: str) -> list[str]:  # the credentials filter: tests/credentials
+        return [f for f in upstream_filters(clusters[name]) if f != CREDENTIALS_FILTER]
+
+    assert without_keys("route-mixed") == with_attempt  # prefixes differ
+    assert without_keys("route-renamed") == with_attempt  # model_map
+    assert without_keys("route-bare") == [with_attempt[0], with_attempt[2]]
+    attempt = next(
+        f
+        for f in protocol_options(clusters["route-mixed"]).http_filters
+        if f.name == "envoy.filters.http.ext_proc"
+    )
+    config = ext_proc_of(attempt.typed_config)
     assert [(m.key, m.value) for m in config.grpc_service.initial_metadata] == [
         (wire.STAGE_METADATA_KEY, wire.STAGE_ATTEMPT)
     ]
@@ -303,18 +318,16 @@ def header_mutations(cluster: cluster_pb2.Cluster) -> list[tuple[str, str]]:
     ]
 
 
-def test_client_authorization_is_removed_before_the_provider_key_is_set() -> None:
-    cluster = clusters_by_name(ir_of("weighted_keys"))["route-chat"]
-    assert header_mutations(cluster) == [
+@pytest.mark.parametrize(
+    ("case", "cluster"), [("weighted_keys", "route-chat"), ("no_key", "route-local")]
+)
+def test_client_authorization_is_removed_and_provider_header_set(case: str, cluster: str) -> None:
+    # Keys come from the credentials filter next (SDS; tests/credentials), never from here.
+    assert header_mutations(clusters_by_name(ir_of(case))[cluster]) == [
         ("remove", "authorization"),
-        ("set", "authorization"),
+        ("remove", wire.PROVIDER_HEADER),
         ("set", wire.PROVIDER_HEADER),
     ]
-
-
-def test_keyless_route_still_removes_client_authorization() -> None:
-    cluster = clusters_by_name(ir_of("no_key"))["route-local"]
-    assert header_mutations(cluster) == [("remove", "authorization"), ("set", wire.PROVIDER_HEADER)]
 
 
 def test_ip_hosts_use_eds_and_host_names_use_dns() -> None:
@@ -336,7 +349,7 @@ def test_mixed_ip_and_name_route_is_dns() -> None:
 
 def test_cluster_basics() -> None:
     cluster = clusters_by_name(ir_of("single_provider"))["route-chat"]
-    assert cluster.connect_timeout.seconds == 5
+    assert cluster.connect_timeout.seconds == 3  # timeouts.connect's default
     assert cluster.lb_policy == cluster_pb2.Cluster.ROUND_ROBIN
     assert cluster.common_lb_config.HasField("locality_weighted_lb_config")
     assert protocol_options(cluster).explicit_http_config.HasField("http_protocol_options")
@@ -423,11 +436,7 @@ def test_endpoint_metadata_carries_what_attempt_filters_need() -> None:
         )
         for e in cla.endpoints
     }
-    assert meta["openai-like"] == {
-        "provider": "openai-like",
-        "authorization": "Bearer sk-a-test",
-        "path_prefix": "/v1",
-    }
+    assert meta["openai-like"] == {"provider": "openai-like", "path_prefix": "/v1"}  # no key
     zhipu = meta["zhipu"]
     assert zhipu["path_prefix"] == "/api/paas/v4"
     # Only this route's models; "unrelated" from the provider's map stays out.
@@ -539,7 +548,7 @@ def test_models_list_json_is_openai_shaped() -> None:
 
 def test_every_type_url_is_present_and_names_are_sorted_and_unique() -> None:
     resources = translate(ir_of("rewrite"))
-    assert set(resources) == set(TYPE_URLS) == {LISTENER, ROUTE, CLUSTER, ENDPOINT}
+    assert set(resources) == set(TYPE_URLS) == {SECRET, LISTENER, ROUTE, CLUSTER, ENDPOINT}
     for type_url, items in resources.items():
         names = [resource_name(type_url, item) for item in items]
         assert names == sorted(set(names)), type_url

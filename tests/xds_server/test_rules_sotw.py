@@ -348,3 +348,26 @@ async def test_rule_12_stale_clusters_removed_last(ads: Ads) -> None:
     assert final.type_url == CLUSTER and sorted(names_of(final)) == ["a", "new"]
     await raw.ack(final)
     await raw.quiet()
+
+
+async def test_rule_9_narrowed_subscription_shows_as_current_in_status(ads: Ads) -> None:
+    ads.cache.set_snapshot(snapshot(["a", "b"]))
+    raw = ads.sotw()
+    await raw.send(node=ads.node("n"), type_url=CLUSTER)
+    cds = await raw.recv()
+    await raw.ack(cds)
+    await raw.send(type_url=ENDPOINT, resource_names=["a", "b"])
+    eds = await raw.recv()
+    await raw.ack(eds, ["a", "b"])
+    # Cluster b goes away; the client drops b's endpoints from its subscription and
+    # nothing needs sending, yet status must show EDS at the new snapshot's version.
+    narrower = snapshot(["a"])
+    ads.cache.set_snapshot(narrower)
+    cds2 = await raw.recv()
+    await raw.ack(cds2)
+    await raw.send(type_url=ENDPOINT, resource_names=["a"], version_info=eds.version_info,
+                   response_nonce=eds.nonce)  # fmt: skip
+    await raw.quiet()
+    [status] = ads.cache.status()
+    assert status.acked_versions()[ENDPOINT] == narrower.version(ENDPOINT)
+    assert status.acked_versions()[CLUSTER] == narrower.version(CLUSTER)

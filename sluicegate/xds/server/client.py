@@ -15,6 +15,14 @@ from types import TracebackType
 from typing import Any
 
 import grpc
+
+# Register the resource types this client decodes (Any -> message needs the classes
+# imported somewhere; a benchmark process may import nothing else of Envoy's API).
+from envoy.config.cluster.v3 import cluster_pb2  # noqa: F401
+from envoy.config.endpoint.v3 import endpoint_pb2  # noqa: F401
+from envoy.config.listener.v3 import listener_pb2  # noqa: F401
+from envoy.config.route.v3 import route_pb2  # noqa: F401
+from envoy.extensions.transport_sockets.tls.v3 import secret_pb2  # noqa: F401
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import any_pb2, symbol_database
 from google.rpc import status_pb2

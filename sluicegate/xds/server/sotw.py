@@ -54,9 +54,15 @@ class SotwStream(AdsStream):
             log.debug("node %s: stale nonce %r on %s ignored", self.node_id, nonce, type_url)
             return
         change = state.sub.set_sotw(request.resource_names, type_url in FULL_STATE_TYPES)
+        snapshot = self.snapshot()
         if change.removed or change.wildcard_removed:
             state.known = {n: e for n, e in state.known.items() if state.sub.wants(n)}
-        snapshot = self.snapshot()
+            if snapshot is not None and self.node is not None and state.responded:
+                # Rule 9: the client dropped names and now holds a narrower view; nothing
+                # is sent, so record the version that view hashes to (else status would
+                # show EDS behind forever after clusters are removed).
+                narrowed = self.version_of(state.known, snapshot, type_url)
+                self._cache.ads_status.acked(self.node, type_url, narrowed)
         if snapshot is None:
             return
         if first and request.version_info and self._adopt(type_url, state, snapshot, request):

@@ -35,19 +35,24 @@ from .ir import (
 )
 from .listeners import build_listeners
 from .routes import build_route_configurations
+from .secrets import CREDENTIALS_FILTER, build_secrets, secret_name
 
 LISTENER: Final = "type.googleapis.com/envoy.config.listener.v3.Listener"
 ROUTE: Final = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 CLUSTER: Final = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINT: Final = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-# Make-before-break push order (DESIGN.md xDS rule 12): CDS, EDS, LDS, RDS.
-TYPE_URLS: Final = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
+# Provider keys (SDS); clusters name them, so they go first.
+SECRET: Final = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+# Make-before-break push order (DESIGN.md xDS rule 12): SDS, CDS, EDS, LDS, RDS.
+TYPE_URLS: Final = (SECRET, CLUSTER, ENDPOINT, LISTENER, ROUTE)
 
 __all__ = [
     "CLUSTER",
+    "CREDENTIALS_FILTER",
     "ENDPOINT",
     "LISTENER",
     "ROUTE",
+    "SECRET",
     "TYPE_URLS",
     "BackendIR",
     "GatewayIR",
@@ -55,15 +60,16 @@ __all__ = [
     "ListenerIR",
     "ProviderIR",
     "RouteIR",
-    "RoutingEntry",
     "ServedModel",
     "TlsIR",
     "TranslateError",
     "build_ir",
+    "build_secrets",
     "models_list_json",
     "normalize_path_prefix",
     "resource_name",
     "routing_table_entries",
+    "secret_name",
     "served_models",
     "translate",
 ]
@@ -73,8 +79,10 @@ def translate(ir: GatewayIR) -> dict[str, list[Message]]:
     """All resources, keyed by type URL (every key present, lists sorted by name).
 
     ENDPOINT holds assignments only for EDS clusters; DNS clusters carry theirs inline.
+    SECRET holds the provider keys the clusters name (secrets.py); nothing else does.
     """
     return {
+        SECRET: list(build_secrets(ir)),
         CLUSTER: list(build_clusters(ir)),
         ENDPOINT: list(build_endpoints(ir)),
         LISTENER: list(build_listeners(ir)),

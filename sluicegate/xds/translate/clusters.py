@@ -13,25 +13,34 @@ only for single-endpoint clusters.
 
 Per attempt, after the host is chosen, upstream HTTP filters apply the provider's facts
 from endpoint metadata (endpoints.py):
-1. header_mutation: drop the client's Authorization, set the provider's key (an empty
-   formatter result adds no header, so key-less providers get none) and
-   x-sluicegate-provider;
+1. header_mutation: drop the client's Authorization and any client-sent
+   x-sluicegate-provider, then set x-sluicegate-provider from the host's metadata;
 2. ext_proc, attempt stage, only when the route needs per-provider rewriting (model names
    or differing URL prefixes) that headers cannot express;
-3. upstream_codec, which must be last.
+3. only when some provider of the route has a key: the credentials filter (secrets.py), a
+   composite matched on x-sluicegate-provider that runs that provider's
+   credential_injector with its key from SDS (no key in this config). It comes after the
+   attempt stage, so keys are never sent to the ext_proc server;
+4. upstream_codec, which must be last.
 TLS is chosen per provider with transport_socket_matches on endpoint metadata; plain
 providers use the cluster's default raw-buffer socket. Verification checks the CA *and*
 the certificate's subjectAltName against the SNI name (or the IP), so any CA-signed
 certificate for another name is refused.
 
 Balancing is locality-weighted, one locality per provider (endpoints.py says why).
+
+Resilience, from the route's settings (`defaults:` merged with the route's own): connect
+timeout (timeouts.py), pool limits and retry budget (circuit_breakers.py), ejection of
+failing providers (outlier.py), active health checks (health_checks.py), protocol and
+connection reuse (protocol.py). All are per cluster, i.e. per route, except what Envoy
+keeps per host: per_host_thresholds.max_connections, ejection state, health.
 """
 
 from __future__ import annotations
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
-from envoy.config.core.v3 import base_pb2, config_source_pb2, protocol_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2
 from envoy.extensions.clusters.common.dns.v3 import dns_pb2
 from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
@@ -47,11 +56,16 @@ from envoy.type.matcher.v3 import string_pb2
 from sluicegate import wire
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
-from ._proto import duration_s, pack, struct
+from ._proto import pack, struct
+from .circuit_breakers import circuit_breakers
 from .endpoints import TRANSPORT_MATCH_KEY, load_assignment
+from .health_checks import health_checks
 from .ir import GatewayIR, LimitsIR, ProviderIR, RouteIR, TlsIR
+from .outlier import outlier_detection
+from .protocol import common_http_protocol_options, explicit_http_config
+from .secrets import credential_filters
+from .timeouts import connect_timeout
 
-CONNECT_TIMEOUT_S = 5
 HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 HEADER_MUTATION_FILTER = "envoy.filters.http.header_mutation"
 UPSTREAM_CODEC_FILTER = "envoy.filters.http.upstream_codec"
@@ -71,7 +85,7 @@ def build_clusters(ir: GatewayIR) -> list[cluster_pb2.Cluster]:
 def _cluster(route: RouteIR, limits: LimitsIR) -> cluster_pb2.Cluster:
     cluster = cluster_pb2.Cluster(
         name=route.cluster_name,
-        connect_timeout=duration_s(CONNECT_TIMEOUT_S),
+        connect_timeout=connect_timeout(route),
         lb_policy=cluster_pb2.Cluster.ROUND_ROBIN,
         common_lb_config=cluster_pb2.Cluster.CommonLbConfig(
             locality_weighted_lb_config=cluster_pb2.Cluster.CommonLbConfig.LocalityWeightedLbConfig()
@@ -87,7 +101,13 @@ def _cluster(route: RouteIR, limits: LimitsIR) -> cluster_pb2.Cluster:
             for backend in sorted(route.backends, key=lambda b: b.provider.name)
             if backend.provider.tls is not None
         ],
+        # Pool limits and retry budget, ejection of failing providers, active checks.
+        circuit_breakers=circuit_breakers(route),
+        health_checks=health_checks(route),
     )
+    detection = outlier_detection(route)
+    if detection is not None:
+        cluster.outlier_detection.CopyFrom(detection)
     if route.uses_eds:
         cluster.type = cluster_pb2.Cluster.EDS
         cluster.eds_cluster_config.eds_config.CopyFrom(
@@ -116,7 +136,7 @@ def _cluster(route: RouteIR, limits: LimitsIR) -> cluster_pb2.Cluster:
 def _http_protocol_options(
     route: RouteIR, limits: LimitsIR
 ) -> http_protocol_options_pb2.HttpProtocolOptions:
-    filters = [_header_mutation_filter(route)]
+    filters = [_header_mutation_filter()]
     if route.needs_attempt_processing:
         filters.append(
             hcm_pb2.HttpFilter(
@@ -131,20 +151,22 @@ def _http_protocol_options(
                 ),
             )
         )
+    # After the attempt stage, so a provider key never travels to Python in an ext_proc
+    # message; the provider header it matches on is set by header_mutation.
+    filters.extend(credential_filters(route))
     filters.append(
         hcm_pb2.HttpFilter(
             name=UPSTREAM_CODEC_FILTER, typed_config=pack(upstream_codec_pb2.UpstreamCodec())
         )
     )
     return http_protocol_options_pb2.HttpProtocolOptions(
-        explicit_http_config=http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig(
-            http_protocol_options=protocol_pb2.Http1ProtocolOptions()
-        ),
+        explicit_http_config=explicit_http_config(route),
+        common_http_protocol_options=common_http_protocol_options(route),
         http_filters=filters,
     )
 
 
-def _header_mutation_filter(route: RouteIR) -> hcm_pb2.HttpFilter:
+def _header_mutation_filter() -> hcm_pb2.HttpFilter:
     overwrite = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
     def append(header: str, key: str) -> mutation_rules_pb2.HeaderMutation:
@@ -155,12 +177,16 @@ def _header_mutation_filter(route: RouteIR) -> hcm_pb2.HttpFilter:
             )
         )
 
-    # Order matters: the client's Authorization (its sluicegate key) is removed first, so
-    # it never reaches a provider even when that provider has no key of its own.
-    mutations = [mutation_rules_pb2.HeaderMutation(remove="authorization")]
-    if route.has_authorization:
-        mutations.append(append("authorization", wire.META_AUTHORIZATION))
-    mutations.append(append(wire.PROVIDER_HEADER, wire.META_PROVIDER))
+    # The client's Authorization (its sluicegate key) is removed on every attempt, so it
+    # never reaches a provider, even one without a key; a keyed provider's comes next from
+    # the credentials filter (secrets.py), which matches on the provider header set here.
+    # The client's provider header goes first too: the credentials filter must only ever
+    # see the one taken from the chosen host.
+    mutations = [
+        mutation_rules_pb2.HeaderMutation(remove="authorization"),
+        mutation_rules_pb2.HeaderMutation(remove=wire.PROVIDER_HEADER),
+        append(wire.PROVIDER_HEADER, wire.META_PROVIDER),
+    ]
     return hcm_pb2.HttpFilter(
         name=HEADER_MUTATION_FILTER,
         typed_config=pack(
@@ -184,6 +210,8 @@ def _transport_socket_match(provider: ProviderIR) -> cluster_pb2.Cluster.Transpo
 
 def _upstream_tls(tls: TlsIR) -> tls_pb2.UpstreamTlsContext:
     context = tls_pb2.UpstreamTlsContext(sni=tls.sni or "")
+    if tls.alpn:
+        context.common_tls_context.alpn_protocols.extend(tls.alpn)
     if tls.ca_file is not None:
         # A CA alone proves only that *some* trusted party signed the certificate; the
         # subjectAltName check proves it belongs to this provider.

@@ -8,8 +8,9 @@ its share. The LbEndpoint carries the same weight, which is exact for single-add
 providers and keeps the intent visible in config_dump.
 
 Endpoint metadata, namespace wire.METADATA_NAMESPACE, is what the per-attempt upstream
-filters read once Envoy has picked a host: `provider`, `authorization` (only when the
-provider has a key), `path_prefix`, and `model_map` (only this route's renamed models).
+filters read once Envoy has picked a host: `provider`, `path_prefix`, and `model_map` (only
+this route's renamed models). Never a key: keys travel as SDS secrets (secrets.py), which
+Envoy redacts in config_dump, while endpoint metadata shows there in full.
 Namespace `envoy.transport_socket_match` selects the provider's TLS settings.
 
 The same ClusterLoadAssignment is either pushed over EDS (IP-literal hosts) or inlined
@@ -28,6 +29,7 @@ from google.protobuf import wrappers_pb2
 from sluicegate import wire
 
 from ._proto import struct
+from .health_checks import endpoint_health_check_config
 from .ir import BackendIR, GatewayIR, RouteIR
 
 TRANSPORT_SOCKET_MATCH = "envoy.transport_socket_match"
@@ -63,8 +65,6 @@ def endpoint_metadata(route: RouteIR, backend: BackendIR) -> dict[str, Any]:
         wire.META_PROVIDER: provider.name,
         wire.META_PATH_PREFIX: provider.path_prefix,
     }
-    if provider.authorization:
-        values[wire.META_AUTHORIZATION] = provider.authorization
     model_map = route.model_map_for(provider)
     if model_map:
         values[wire.META_MODEL_MAP] = model_map
@@ -76,7 +76,7 @@ def _lb_endpoint(route: RouteIR, backend: BackendIR) -> ec.LbEndpoint:
     filter_metadata = {wire.METADATA_NAMESPACE: struct(endpoint_metadata(route, backend))}
     if provider.tls is not None:
         filter_metadata[TRANSPORT_SOCKET_MATCH] = struct({TRANSPORT_MATCH_KEY: provider.name})
-    return ec.LbEndpoint(
+    lb_endpoint = ec.LbEndpoint(
         endpoint=ec.Endpoint(
             address=address_pb2.Address(
                 socket_address=address_pb2.SocketAddress(
@@ -89,3 +89,8 @@ def _lb_endpoint(route: RouteIR, backend: BackendIR) -> ec.LbEndpoint:
         load_balancing_weight=wrappers_pb2.UInt32Value(value=backend.weight),
         metadata=base_pb2.Metadata(filter_metadata=filter_metadata),
     )
+    # Active health checks (health_checks.py): the provider's Host, or none for it.
+    check = endpoint_health_check_config(route, provider)
+    if check is not None:
+        lb_endpoint.endpoint.health_check_config.CopyFrom(check)
+    return lb_endpoint

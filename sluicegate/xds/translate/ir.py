@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
+from sluicegate.config.resilience import HealthCheck, Protocol, Resilience, effective
 from sluicegate.config.schema import Config, Provider, Route
 
 Role = Literal["gateway", "sidecar"]
@@ -47,6 +48,20 @@ class TlsIR:
     verify_name: str
     verify_is_ip: bool
     ca_file: str | None
+    # ALPN offered in the handshake: ("h2",) for HTTP/2 providers, else none (HTTP/1.1).
+    alpn: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheckIR:
+    """One provider's active health check, its path resolved against the base URL."""
+
+    path: str
+    interval_ms: int
+    timeout_ms: int
+    unhealthy_threshold: int
+    healthy_threshold: int
+    statuses: tuple[tuple[int, int], ...]  # inclusive (low, high) ranges
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +73,13 @@ class ProviderIR:
     host: str  # lower-case, IPv6 without brackets
     port: int  # explicit or the scheme's default
     path_prefix: str  # URL path without trailing slash: "/v1", "/api/paas/v4" or ""
-    authorization: str | None  # "Bearer <key>", or None when the provider takes no key
+    # "Bearer <key>", or None when the provider takes no key. Only secrets.py reads it: the
+    # key reaches Envoy as an SDS secret, never in a cluster, route or endpoint metadata.
+    authorization: str | None
     model_map: tuple[tuple[str, str], ...]  # (client model, provider model), sorted
     tls: TlsIR | None  # set exactly when scheme is https
+    protocol: Protocol = "http1"
+    health_check: HealthCheckIR | None = None
 
     @property
     def is_ip(self) -> bool:
@@ -96,6 +115,8 @@ class RouteIR:
     # "/openaiX" and the rewrite to a provider's prefix can keep the slash.
     path_prefix: str
     backends: tuple[BackendIR, ...]  # sorted by (priority, provider name)
+    # Pools, timeouts, retries, outlier detection: `defaults` merged with the route's own.
+    settings: Resilience = field(default_factory=Resilience)
 
     @property
     def cluster_name(self) -> str:
@@ -140,8 +161,25 @@ class RouteIR:
         return self.renames_models or self.shared_upstream_prefix is None
 
     @property
-    def has_authorization(self) -> bool:
-        return any(backend.provider.authorization for backend in self.backends)
+    def protocol(self) -> Protocol:
+        """The one upstream protocol of the route's providers (validated to agree)."""
+        return self.backends[0].provider.protocol
+
+    @property
+    def priority_levels(self) -> int:
+        return 1 + max(backend.priority for backend in self.backends)
+
+    @property
+    def first_level_size(self) -> int:
+        """Providers at priority 0: how many a retry tries before moving down a level."""
+        return sum(1 for backend in self.backends if backend.priority == 0)
+
+    @property
+    def health_check(self) -> HealthCheckIR | None:
+        """The route's active health check: that of its health-checked providers (which
+        validation makes agree), or None when no provider has one."""
+        checks = [b.provider.health_check for b in self.backends if b.provider.health_check]
+        return checks[0] if checks else None
 
     def model_map_for(self, provider: ProviderIR) -> dict[str, str]:
         """The provider's renames restricted to this route's models (nothing else leaks)."""
@@ -204,7 +242,7 @@ def build_ir(config: Config, api_keys: Mapping[str, str | None]) -> GatewayIR:
     providers = {p.name: _provider_ir(p, api_keys.get(p.name)) for p in config.providers}
     if len(providers) != len(config.providers):
         raise TranslateError("provider names must be unique")
-    routes = tuple(_route_ir(route, providers) for route in config.routes)
+    routes = tuple(_route_ir(route, providers, config.defaults) for route in config.routes)
     _check_route_names(routes)
     _check_model_conflicts(routes)
     listeners = tuple(
@@ -261,6 +299,7 @@ def _provider_ir(provider: Provider, key: str | None) -> ProviderIR:
             verify_name=verify_name,
             verify_is_ip=_is_ip(verify_name),
             ca_file=None if skip else ((settings and settings.ca_file) or SYSTEM_CA_FILE),
+            alpn=("h2",) if provider.protocol == "http2" else (),
         )
     return ProviderIR(
         name=provider.name,
@@ -271,10 +310,27 @@ def _provider_ir(provider: Provider, key: str | None) -> ProviderIR:
         authorization=authorization,
         model_map=tuple(sorted(provider.model_map.items())),
         tls=tls,
+        protocol=provider.protocol,
+        health_check=_health_check_ir(provider.health_check, parts.path.rstrip("/")),
     )
 
 
-def _route_ir(route: Route, providers: Mapping[str, ProviderIR]) -> RouteIR:
+def _health_check_ir(check: HealthCheck | None, path_prefix: str) -> HealthCheckIR | None:
+    if check is None:
+        return None
+    return HealthCheckIR(
+        path=check.path or f"{path_prefix}/models",
+        interval_ms=check.interval,
+        timeout_ms=check.timeout,
+        unhealthy_threshold=check.unhealthy_threshold,
+        healthy_threshold=check.healthy_threshold,
+        statuses=tuple(check.status_ranges()),
+    )
+
+
+def _route_ir(
+    route: Route, providers: Mapping[str, ProviderIR], defaults: Resilience
+) -> RouteIR:
     seen: set[str] = set()
     for backend in route.backends:
         if backend.provider not in providers:
@@ -296,11 +352,17 @@ def _route_ir(route: Route, providers: Mapping[str, ProviderIR]) -> RouteIR:
         ),
         key=lambda b: (b.priority, b.provider.name),
     )
+    # Envoy sets protocol and active health checking per cluster, and a route is one.
+    if len({b.provider.protocol for b in backends}) > 1:
+        raise TranslateError(f"route {route.name!r}: providers speak different protocols")
+    if len({b.provider.health_check for b in backends if b.provider.health_check}) > 1:
+        raise TranslateError(f"route {route.name!r}: providers have different health checks")
     return RouteIR(
         name=route.name,
         models=tuple(dict.fromkeys(route.models)),
         path_prefix=normalize_path_prefix(route.path_prefix),
         backends=tuple(backends),
+        settings=effective(defaults, route),
     )
 
 

@@ -35,6 +35,7 @@ from envoy.extensions.formatter.req_without_query.v3 import req_without_query_pb
 from envoy.extensions.http.early_header_mutation.header_mutation.v3 import (
     header_mutation_pb2 as early_header_mutation_pb2,
 )
+from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import wrappers_pb2
 
 from sluicegate import wire
@@ -43,8 +44,10 @@ from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import duration_s, pack, struct
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .ir import GatewayIR, LimitsIR, ListenerIR
+from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
+ENVOY_HEADER_PREFIX = "x-envoy-"
 ROUTER_FILTER = "envoy.filters.http.router"
 STREAM_IDLE_TIMEOUT_S = 300
 
@@ -120,25 +123,45 @@ def _http_connection_manager(
 
 
 def _strip_internal_headers() -> extension_pb2.TypedExtensionConfig:
-    """Remove a client-sent model header before routing and before any filter.
+    """Remove a client-sent model header and x-envoy-* headers before routing and before
+    any filter.
 
     Routes match on wire.MODEL_HEADER, which only the routing stage may set. A request
     without a body never reaches ext_proc (body-only mode), so a client that sent the
     header itself would otherwise be routed to a provider without any check.
+
+    Envoy's router obeys request headers such as x-envoy-max-retries,
+    x-envoy-upstream-rq-timeout-ms and x-envoy-retry-on from clients it considers internal
+    (loopback and private addresses by default): a client could raise its own retries or
+    lift the configured timeouts. Retries and timeouts are the gateway's policy, so every
+    x-envoy-* header from a client is dropped.
     """
     return extension_pb2.TypedExtensionConfig(
         name="envoy.http.early_header_mutation.header_mutation",
         typed_config=pack(
             early_header_mutation_pb2.HeaderMutation(
-                mutations=[mutation_rules_pb2.HeaderMutation(remove=wire.MODEL_HEADER)]
+                mutations=[
+                    mutation_rules_pb2.HeaderMutation(remove=wire.MODEL_HEADER),
+                    mutation_rules_pb2.HeaderMutation(
+                        remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(
+                            key_matcher=string_pb2.StringMatcher(prefix=ENVOY_HEADER_PREFIX)
+                        )
+                    ),
+                ]
             )
         ),
     )
 
 
 def local_reply_config(limits: LimitsIR) -> hcm_pb2.LocalReplyConfig:
-    """OpenAI error bodies for Envoy's own replies; JSON replies pass through unchanged."""
+    """OpenAI error bodies for Envoy's own replies; JSON replies pass through unchanged.
+
+    Upstream failures (timeouts, overflow, no healthy provider …) are matched first, by
+    response code details or flags, each with its own `code` (upstream_errors.py); the
+    rest by status.
+    """
     mappers = [_json_passthrough_mapper()]
+    mappers.extend(_upstream_error_mapper(error) for error in UPSTREAM_ERRORS)
     for error in LOCAL_REPLY_ERRORS:
         if error.status == 413:
             error = LocalReplyError(
@@ -180,6 +203,39 @@ def _json_passthrough_mapper() -> hcm_pb2.ResponseMapper:
             omit_empty_values=True,
         ),
     )
+
+
+def _cel_filter(expression: str) -> accesslog_pb2.AccessLogFilter:
+    return accesslog_pb2.AccessLogFilter(
+        extension_filter=accesslog_pb2.ExtensionFilter(
+            name="envoy.access_loggers.extension_filters.cel",
+            typed_config=pack(cel_pb2.ExpressionFilter(expression=expression)),
+        )
+    )
+
+
+def _upstream_error_mapper(error: UpstreamError) -> hcm_pb2.ResponseMapper:
+    if error.details is not None:
+        match = _cel_filter(error.details)
+    else:
+        match = accesslog_pb2.AccessLogFilter(
+            response_flag_filter=accesslog_pb2.ResponseFlagFilter(flags=list(error.flags))
+        )
+    mapper = hcm_pb2.ResponseMapper(
+        filter=match,
+        status_code=wrappers_pb2.UInt32Value(value=error.status),
+        body_format_override=_error_format(
+            f"{error.message} (%RESPONSE_CODE_DETAILS%)", "server_error", error.code
+        ),
+    )
+    if error.retry_after_s is not None:
+        mapper.headers_to_add.append(
+            base_pb2.HeaderValueOption(
+                header=base_pb2.HeaderValue(key="retry-after", value=str(error.retry_after_s)),
+                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+            )
+        )
+    return mapper
 
 
 def _status_filter(low: int, high: int) -> accesslog_pb2.AccessLogFilter:

@@ -5,8 +5,9 @@ Order (first match wins):
    answered by Envoy itself (direct_response) with ext_proc disabled: no Python involved.
 2. Per route, per model: prefix P and header wire.MODEL_HEADER == model → cluster
    `route-<name>`. The header is set only by the routing-stage ext_proc, which then
-   clears the route cache so the request re-matches here. `timeout: 0s` because Envoy's
-   15 s default would cut long generations; `auto_host_rewrite` sends each attempt with
+   clears the route cache so the request re-matches here. Each carries the route's
+   timeouts (timeouts.py: `timeout` is always written, as Envoy's 15 s default would cut
+   long generations) and retry policy (retries.py); `auto_host_rewrite` sends each attempt with
    the chosen provider's Host. The path prefix is rewritten here only when every provider
    of the route shares one URL prefix; otherwise the attempt-stage ext_proc rewrites it
    per provider (header_mutation cannot set `:path`).
@@ -27,13 +28,16 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
 from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import wrappers_pb2
+from google.protobuf.wrappers_pb2 import UInt32Value
 
 from sluicegate import wire
 
 from ._ext_proc import EXT_PROC_FILTER
-from ._proto import duration_s, pack, struct
+from ._proto import pack, struct
 from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE, model_body, models_list_body
 from .ir import GatewayIR, RouteIR
+from .retries import retry_policy
+from .timeouts import apply_route_timeouts
 
 VIRTUAL_HOST = "sluicegate"
 # Route-level metadata: lets the attempt-stage ext_proc (attribute xds.route_metadata) and
@@ -45,11 +49,27 @@ _EXT_PROC_DISABLED = pack(ext_proc_pb2.ExtProcPerRoute(disabled=True))
 
 def build_route_configurations(ir: GatewayIR) -> list[route_pb2.RouteConfiguration]:
     """The same routes for every listener, under each listener's RDS name."""
-    virtual_host = rc.VirtualHost(name=VIRTUAL_HOST, domains=["*"], routes=_routes(ir))
+    routes = _routes(ir)
+    virtual_host = rc.VirtualHost(name=VIRTUAL_HOST, domains=["*"], routes=routes)
     return [
-        route_pb2.RouteConfiguration(name=listener.route_config_name, virtual_hosts=[virtual_host])
+        route_pb2.RouteConfiguration(
+            name=listener.route_config_name,
+            virtual_hosts=[virtual_host],
+            max_direct_response_body_size_bytes=_largest_direct_body(routes),
+        )
         for listener in ir.listeners
     ]
+
+
+def _largest_direct_body(routes: list[rc.Route]) -> UInt32Value:
+    """Envoy NACKs a RouteConfiguration whose direct response body exceeds 4 KiB unless
+    told otherwise; the /v1/models list passes that at about 55 models."""
+    largest = max(
+        (len(r.direct_response.body.inline_string.encode()) for r in routes
+         if r.HasField("direct_response")),
+        default=0,
+    )  # fmt: skip
+    return UInt32Value(value=max(4096, largest))
 
 
 def _routes(ir: GatewayIR) -> list[rc.Route]:
@@ -113,9 +133,12 @@ def _json_route(path: str, body: bytes) -> rc.Route:
 def _model_route(route: RouteIR, model: str) -> rc.Route:
     action = rc.RouteAction(
         cluster=route.cluster_name,
-        timeout=duration_s(0),
         auto_host_rewrite=wrappers_pb2.BoolValue(value=True),
     )
+    apply_route_timeouts(action, route)
+    policy = retry_policy(route)
+    if policy is not None:
+        action.retry_policy.CopyFrom(policy)
     rewrite = route.prefix_rewrite
     if rewrite is not None:
         action.prefix_rewrite = rewrite

@@ -1,0 +1,69 @@
+"""Outlier detection: eject a provider (a host of the route's cluster) that keeps failing.
+
+Every `enforcing_*` field is written: Envoy's defaults leave gateway-failure and
+failure-percentage detection off (0) and success-rate detection on (100), which on a
+route of two or three providers ejects on statistics too thin to mean anything. Here the
+three consecutive-failure detectors are on (100) unless their count is 0, the
+statistical ones off (0).
+
+`split_external_local_origin_errors`: HTTP answers (5xx, 502/503/504) and failures Envoy
+sees itself (connect failure, reset, attempt timeout) have separate counters, so a
+provider refusing connections is ejected after `consecutive_local_origin_failure` of them.
+
+An ejection lasts base_ejection_time times the number of ejections of that provider,
+capped at max_ejection_time. Envoy ejects only while (ejected + 1) / providers stays within
+max_ejection_percent (validation warns when that excludes everyone).
+
+`successful_active_health_check_uneject_host` is off: a provider whose /models answers
+while its completions fail must not be let back in by the next health check.
+"""
+
+from __future__ import annotations
+
+from envoy.config.cluster.v3 import outlier_detection_pb2
+from google.protobuf import wrappers_pb2
+
+from ._proto import duration_ms
+from .ir import RouteIR
+
+ENFORCED = 100
+
+
+def outlier_detection(route: RouteIR) -> outlier_detection_pb2.OutlierDetection | None:
+    settings = route.settings.outlier_detection
+    if not settings.enabled:
+        return None
+
+    def u32(value: int) -> wrappers_pb2.UInt32Value:
+        return wrappers_pb2.UInt32Value(value=value)
+
+    def enforcing(count: int) -> wrappers_pb2.UInt32Value:
+        return u32(ENFORCED if count else 0)
+
+    detection = outlier_detection_pb2.OutlierDetection(
+        enforcing_consecutive_5xx=enforcing(settings.consecutive_5xx),
+        enforcing_consecutive_gateway_failure=enforcing(settings.consecutive_gateway_failure),
+        split_external_local_origin_errors=True,
+        enforcing_consecutive_local_origin_failure=enforcing(
+            settings.consecutive_local_origin_failure
+        ),
+        enforcing_success_rate=u32(0),
+        enforcing_local_origin_success_rate=u32(0),
+        enforcing_failure_percentage=u32(0),
+        enforcing_failure_percentage_local_origin=u32(0),
+        interval=duration_ms(settings.interval),
+        base_ejection_time=duration_ms(settings.base_ejection_time),
+        max_ejection_time=duration_ms(settings.max_ejection_time),
+        max_ejection_percent=u32(settings.max_ejection_percent),
+        successful_active_health_check_uneject_host=wrappers_pb2.BoolValue(value=False),
+    )
+    # A count of 0 leaves Envoy's count in place; its detector is off (enforcing 0).
+    if settings.consecutive_5xx:
+        detection.consecutive_5xx.CopyFrom(u32(settings.consecutive_5xx))
+    if settings.consecutive_gateway_failure:
+        detection.consecutive_gateway_failure.CopyFrom(u32(settings.consecutive_gateway_failure))
+    if settings.consecutive_local_origin_failure:
+        detection.consecutive_local_origin_failure.CopyFrom(
+            u32(settings.consecutive_local_origin_failure)
+        )
+    return detection

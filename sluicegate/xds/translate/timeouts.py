@@ -1,0 +1,51 @@
+"""Tiered timeouts: where each of `timeouts.*` lands in Envoy (checked on Envoy 1.40).
+
+- `connect`    -> Cluster.connect_timeout: TCP connect plus TLS handshake.
+- `first_byte` -> RetryPolicy.per_try_timeout: per attempt, until response headers are
+  forwarded to the client; never after, so it cannot cut a stream.
+- `idle`       -> RetryPolicy.per_try_idle_timeout: per attempt, any silence from the
+  provider, the wait for the first byte included; restarts on every byte.
+- `total`      -> RouteAction.timeout: the whole request, retries included; it cuts a
+  stream that is still producing.
+
+Measured with a real Envoy against the mock provider (tests/resilience/test_timeouts.py
+keeps the proof): a 3 s stream with per_try_timeout 1 s completes; per_try_timeout fires
+only before headers (504, details `upstream_per_try_timeout`, retried under `reset`);
+per_try_idle_timeout fires before headers (504, `upstream_per_try_idle_timeout`) and
+mid-stream (the stream is reset); RouteAction.timeout cuts a running stream
+(`response_timeout`). Envoy's RouteAction.timeout default is 15 s, so it is always set
+explicitly (`total`, 0 = none).
+
+The HTTP connection manager's stream idle timeout (5 min, listeners.py) would also fire on
+a silent upstream, but it cannot be retried and has no per-route value; a route with a
+per-attempt `idle` turns it off (RouteAction.idle_timeout 0), so its own timer, which is
+retried and reported as `upstream_idle_timeout`, always decides.
+"""
+
+from __future__ import annotations
+
+from envoy.config.route.v3 import route_components_pb2 as rc
+from google.protobuf import duration_pb2
+
+from ._proto import duration_ms
+from .ir import RouteIR
+
+
+def connect_timeout(route: RouteIR) -> duration_pb2.Duration:
+    return duration_ms(route.settings.timeouts.connect)
+
+
+def apply_route_timeouts(action: rc.RouteAction, route: RouteIR) -> None:
+    """The route-level timers; the per-attempt ones are part of the retry policy."""
+    timeouts = route.settings.timeouts
+    action.timeout.CopyFrom(duration_ms(timeouts.total))
+    if timeouts.idle:
+        action.idle_timeout.CopyFrom(duration_ms(0))
+
+
+def apply_attempt_timeouts(policy: rc.RetryPolicy, route: RouteIR) -> None:
+    timeouts = route.settings.timeouts
+    if timeouts.first_byte:
+        policy.per_try_timeout.CopyFrom(duration_ms(timeouts.first_byte))
+    if timeouts.idle:
+        policy.per_try_idle_timeout.CopyFrom(duration_ms(timeouts.idle))
