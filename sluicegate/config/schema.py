@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .addresses import is_ip_address, split_host_port
 from .resilience import (
+    Duration,
     HealthCheck,
     OutlierDetection,
     Pool,
@@ -134,6 +135,27 @@ class Backend(Strict):
     priority: int = Field(default=0, ge=0, le=10)
 
 
+class FaultDelay(Strict):
+    """Hold a share of requests before they go to a provider."""
+
+    percent: float = Field(ge=0, le=100)
+    duration: Duration
+
+
+class FaultAbort(Strict):
+    """Answer a share of requests with an error instead of calling a provider."""
+
+    percent: float = Field(ge=0, le=100)
+    status: int = Field(default=503, ge=400, le=599)
+
+
+class Fault(Strict):
+    """A failover drill on one route: Envoy's fault filter delays or aborts requests."""
+
+    delay: FaultDelay | None = None
+    abort: FaultAbort | None = None
+
+
 class Route(Strict):
     """Requests for some models (optionally under a path prefix) go to these backends."""
 
@@ -146,6 +168,8 @@ class Route(Strict):
     timeouts: Timeouts | None = None
     retries: Retries | None = None
     outlier_detection: OutlierDetection | None = None
+    # Drills only: delay or abort a share of this route's requests.
+    fault: Fault | None = None
 
     @field_validator("models")
     @classmethod

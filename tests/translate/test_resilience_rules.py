@@ -262,7 +262,10 @@ def test_health_checks_per_route_cluster_and_opt_out_per_endpoint() -> None:
 def test_upstream_failures_get_their_own_codes_before_the_status_mappers() -> None:
     reply = hcm_of(translate(ir_of("single_provider"))[LISTENER][0]).local_reply_config
     mappers = list(reply.mappers)
-    upstream = mappers[1 : 1 + len(UPSTREAM_ERRORS)]
+    # After the JSON pass-through: a drill's abort keeps its status (flag FI).
+    assert mappers[1].filter.response_flag_filter.flags == ["FI"]
+    assert not mappers[1].HasField("status_code")
+    upstream = mappers[2 : 2 + len(UPSTREAM_ERRORS)]
     codes = [m.body_format_override.json_format["error"]["code"] for m in upstream]
     assert codes == [
         "upstream_timeout", "upstream_idle_timeout", "deadline_exceeded",
@@ -271,7 +274,7 @@ def test_upstream_failures_get_their_own_codes_before_the_status_mappers() -> No
     ]  # fmt: skip
     assert all(m.status_code.value in (503, 504) for m in upstream)
     assert all(not m.filter.HasField("status_code_filter") for m in upstream)
-    by_status = mappers[1 + len(upstream) :]
+    by_status = mappers[2 + len(upstream) :]
     assert all(m.filter.WhichOneof("filter_specifier") != "extension_filter" for m in by_status)
     assert all(m.filter.WhichOneof("filter_specifier") != "response_flag_filter" for m in by_status)
     overflow = upstream[codes.index("upstream_overflow")]

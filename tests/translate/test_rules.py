@@ -11,6 +11,7 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2, processing_mode_pb2
+from envoy.extensions.filters.http.fault.v3 import fault_pb2
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -23,6 +24,7 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf.message import Message
 
 from sluicegate import wire
+from sluicegate.config import Config
 from sluicegate.xds.translate import (
     CLUSTER,
     CREDENTIALS_FILTER,
@@ -125,6 +127,7 @@ def test_connection_manager_timeouts_and_rds() -> None:
     assert hcm.rds.config_source.HasField("ads")
     assert [f.name for f in hcm.http_filters] == [
         "envoy.filters.http.ext_proc",
+        "envoy.filters.http.fault",  # after ext_proc: drills see the model's route
         "envoy.filters.http.router",
     ]
 
@@ -553,3 +556,29 @@ def test_every_type_url_is_present_and_names_are_sorted_and_unique() -> None:
         names = [resource_name(type_url, item) for item in items]
         assert names == sorted(set(names)), type_url
     assert [resource_name(ROUTE, r) for r in resources[ROUTE]] == ["routes-main", "routes-second"]
+
+
+def test_fault_drill_is_per_route_and_exact_to_the_millionth() -> None:
+    config = Config.model_validate(
+        {
+            "version": 1,
+            "listeners": [{"name": "gw", "port": 10000}],
+            "providers": [{"name": "a", "base_url": "http://127.0.0.1:18081/v1"}],
+            "routes": [
+                {"name": "drill", "models": ["m"], "backends": [{"provider": "a"}],
+                 "fault": {"delay": {"percent": 0.1, "duration": "250ms"},
+                           "abort": {"percent": 50, "status": 503}}},
+                {"name": "calm", "models": ["n"], "backends": [{"provider": "a"}]},
+            ],
+        }
+    )  # fmt: skip
+    (route_config,) = translate(build_ir(config, {}))[ROUTE]
+    by_name = {r.name: r for r in route_config.virtual_hosts[0].routes}
+    assert "envoy.filters.http.fault" not in by_name["calm"].typed_per_filter_config
+    fault = fault_pb2.HTTPFault()
+    assert by_name["drill"].typed_per_filter_config["envoy.filters.http.fault"].Unpack(fault)
+    assert (fault.delay.percentage.numerator, fault.delay.fixed_delay.ToMilliseconds()) == (
+        1000,
+        250,
+    )
+    assert (fault.abort.http_status, fault.abort.percentage.numerator) == (503, 500_000)

@@ -18,7 +18,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from sluicegate.config.resilience import HealthCheck, Protocol, Resilience, effective
-from sluicegate.config.schema import Config, Provider, Route
+from sluicegate.config.schema import Config, Fault, Provider, Route
 
 Role = Literal["gateway", "sidecar"]
 Scheme = Literal["http", "https"]
@@ -117,6 +117,7 @@ class RouteIR:
     backends: tuple[BackendIR, ...]  # sorted by (priority, provider name)
     # Pools, timeouts, retries, outlier detection: `defaults` merged with the route's own.
     settings: Resilience = field(default_factory=Resilience)
+    fault: Fault | None = None  # a failover drill (Envoy's fault filter), usually None
 
     @property
     def cluster_name(self) -> str:
@@ -363,6 +364,7 @@ def _route_ir(
         path_prefix=normalize_path_prefix(route.path_prefix),
         backends=tuple(backends),
         settings=effective(defaults, route),
+        fault=route.fault,
     )
 
 

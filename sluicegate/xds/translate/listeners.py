@@ -43,6 +43,7 @@ from sluicegate import wire
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import duration_s, pack, struct
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
+from .faults import fault_http_filter
 from .ir import GatewayIR, LimitsIR, ListenerIR
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
 
@@ -116,6 +117,8 @@ def _http_connection_manager(
                 name=EXT_PROC_FILTER,
                 typed_config=pack(ext_proc_config(wire.STAGE_ROUTING, limits)),
             ),
+            # After ext_proc: a drill applies to the route the model header selected.
+            fault_http_filter(),
             hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=pack(router_pb2.Router())),
         ],
         local_reply_config=local_reply_config(limits),
@@ -160,7 +163,7 @@ def local_reply_config(limits: LimitsIR) -> hcm_pb2.LocalReplyConfig:
     response code details or flags, each with its own `code` (upstream_errors.py); the
     rest by status.
     """
-    mappers = [_json_passthrough_mapper()]
+    mappers = [_json_passthrough_mapper(), _fault_mapper()]
     mappers.extend(_upstream_error_mapper(error) for error in UPSTREAM_ERRORS)
     for error in LOCAL_REPLY_ERRORS:
         if error.status == 413:
@@ -186,6 +189,20 @@ def local_reply_config(limits: LimitsIR) -> hcm_pb2.LocalReplyConfig:
     return hcm_pb2.LocalReplyConfig(
         mappers=mappers,
         body_format=_error_format("%LOCAL_REPLY_BODY%", "server_error", None),
+    )
+
+
+def _fault_mapper() -> hcm_pb2.ResponseMapper:
+    """A drill's abort (flag FI) keeps its status and says it was a drill."""
+    return hcm_pb2.ResponseMapper(
+        filter=accesslog_pb2.AccessLogFilter(
+            response_flag_filter=accesslog_pb2.ResponseFlagFilter(flags=["FI"])
+        ),
+        body_format_override=_error_format(
+            "Aborted by a fault-injection drill on this route (fault.abort)",
+            "server_error",
+            "fault_injected",
+        ),
     )
 
 

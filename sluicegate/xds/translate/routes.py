@@ -35,6 +35,7 @@ from sluicegate import wire
 from ._ext_proc import EXT_PROC_FILTER
 from ._proto import pack, struct
 from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE, model_body, models_list_body
+from .faults import FAULT_FILTER, route_fault
 from .ir import GatewayIR, RouteIR
 from .retries import retry_policy
 from .timeouts import apply_route_timeouts
@@ -142,8 +143,10 @@ def _model_route(route: RouteIR, model: str) -> rc.Route:
     rewrite = route.prefix_rewrite
     if rewrite is not None:
         action.prefix_rewrite = rewrite
+    per_filter = {} if route.fault is None else {FAULT_FILTER: pack(route_fault(route.fault))}
     return rc.Route(
         name=route.name,
+        typed_per_filter_config=per_filter,
         match=rc.RouteMatch(
             prefix=route.path_prefix,
             headers=[
