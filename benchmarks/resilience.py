@@ -2,7 +2,7 @@
 
 Not collected by pytest. Run from the repository root (venv active, Envoy on PATH):
 
-    python -m benchmarks.resilience            # full run (~3-4 min on 2 cores), updates RESULTS.md
+    python -m benchmarks.resilience            # full run (~5 min on 2 cores), updates RESULTS.md
     python -m benchmarks.resilience --quick    # shorter, prints only (--write to record)
 
 Options: --concurrency N (part 1, default 8), --json FILE (every figure), --keep-logs,
@@ -22,6 +22,10 @@ chat completions, 2 output tokens, TTFT 5 ms, through a closed loop of N clients
    after a warm-up with both healthy, `a` starts failing — connection refused (its
    process SIGKILLed: in-flight requests are reset, new connections refused), 503, 429
    with Retry-After: 1, hang (accepts, never answers; the first-byte timeout fires).
+   The hang case runs again with a single client (the defaults, another route). Then
+   what-ifs for 429 on routes overriding `retries` (retry_after_max: 0; a budget that
+   never binds at this load; both), and 2 x 40 sequential requests that count where
+   first attempts go while `a` answers 429 (x-mock-fault) and is not ejected.
    Measured: client-visible errors over the whole fault window and for the requests
    started after ejection (aim: <= 0.1%), time from fault start until Envoy's
    `outlier_detection.ejections_enforced_total` for the route's cluster is > 0 (admin
@@ -32,9 +36,9 @@ chat completions, 2 output tokens, TTFT 5 ms, through a closed loop of N clients
    concurrency): upstream attempts per client request, retries refused by the budget
    (`upstream_rq_retry_overflow`), client error rate and how fast the failure comes back.
    Envoy's retry budget caps retries *in flight* at max(percent x (active + pending
-   requests), min_concurrency); it is not a cap on the count ratio, which is reported
-   against 1 + percent when the percentage is the binding term and against
-   1 + max_retries when min_concurrency is.
+   requests), min_concurrency); it does not cap their count. The count ratio is checked
+   against 1 + percent once more clients than min_concurrency are in flight, and against
+   1 + max_retries below that (where the budget allows every retry).
 3. Keep-alive effect, against a TLS mock provider (a test CA and server certificate made
    with the openssl CLI; the provider's `tls.ca_file` is the CA): sequential requests
    through Envoy with pooled connections vs `pool.max_requests_per_connection: 1` (a new
@@ -105,6 +109,7 @@ START_TIMEOUT_S = 90.0
 REQUEST_TIMEOUT_S = 30.0
 QUICKSTART_PORTS = (10000, 9901, 18000, 18001, 9100, 18081, 18082)
 QUICKSTART_ADMIN = "http://127.0.0.1:9901"
+QUICKSTART_PORT_WAIT_S = 30.0
 FAULTS = ("refused", "503", "429", "hang")
 FAULT_LABELS = {
     "refused": "connection refused (process killed)",
@@ -122,6 +127,10 @@ class WhatIf:
     fault: str
     retries: Mapping[str, Any]
     label: str
+
+
+#: The hang scenario with the defaults, one client: not a change of settings, a new route.
+SEQUENTIAL_HANG = WhatIf("hang-1-client", "hang", {}, "")
 
 
 def what_ifs(clients: int) -> tuple[WhatIf, ...]:
@@ -151,12 +160,17 @@ class Plan:
     hang_storm: bool
     ka_rounds: int
     ka_requests: int
+    sequential_s: float  # the hang scenario again with one client
 
     @classmethod
     def make(cls, quick: bool, concurrency: int) -> Plan:
         if quick:
-            return cls(concurrency, 2.0, 8.0, (2, 8, 32), 4.0, False, 3, 60)
-        return cls(concurrency, 3.0, 20.0, (2, 8, 32), 8.0, True, 6, 150)
+            return cls(concurrency, 2.0, 8.0, (2, 8, 32), 4.0, False, 3, 60, 6.0)
+        return cls(concurrency, 3.0, 20.0, (2, 8, 32), 8.0, True, 6, 150, 10.0)
+
+    def single(self) -> Plan:
+        """The same plan with one client and the sequential window."""
+        return dataclasses.replace(self, concurrency=1, fault_s=self.sequential_s)
 
 
 # ----- processes ---------------------------------------------------------------------------
@@ -387,6 +401,7 @@ def gateway_doc(ports: Ports, ca: Path, plan: Plan) -> dict[str, Any]:
         }
 
     routes = [pair(f"one-{kind}") for kind in FAULTS]
+    routes.append(pair(f"one-{SEQUENTIAL_HANG.key}"))
     routes += [
         {**pair(f"one-{w.key}"), "retries": dict(w.retries)} for w in what_ifs(plan.concurrency)
     ]
@@ -589,6 +604,7 @@ async def one_failing(
     what_if: WhatIf | None = None,
 ) -> OneFailing:
     route = f"one-{fault if what_if is None else what_if.key}"
+    variant = "" if what_if is None else what_if.label
     cluster = f"route-{route}"
     a, b = mocks["a"], mocks["b"]
     async with aiohttp.ClientSession() as admin:
@@ -647,7 +663,7 @@ async def one_failing(
     latencies = [(r.end - r.start) * 1000 for r in window]
     return OneFailing(
         fault=fault,
-        variant="" if what_if is None else what_if.label,
+        variant=variant,
         retry_after_wait=(what_if is None or what_if.retries.get("retry_after_max") != 0)
         and Retries().retry_after_max > 0,
         clients=plan.concurrency,
@@ -683,6 +699,38 @@ def _delta(before: Mapping[str, int], after: Mapping[str, int], name: str) -> in
     return after.get(name, 0) - before.get(name, 0)
 
 
+@dataclass
+class FirstPicks:
+    """Sequential requests on a 1:1 route. `a`'s requests_total delta counts first
+    attempts only: a retry after `a` failed goes to `b` (previous_hosts), and `b` answers."""
+
+    requests: int
+    a_healthy: int  # `a`'s requests while both answer
+    a_failing: int  # `a`'s requests while it answers 429 (x-mock-fault) and is not ejected
+
+
+async def first_picks(gw: Gateway, mocks: dict[str, MockProcess], route: str,
+                      requests: int) -> FirstPicks:  # fmt: skip
+    """Where do first attempts go when one provider fails but is never ejected?"""
+    body = json.dumps({"model": route, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    counts: list[int] = []
+    async with (
+        aiohttp.ClientSession() as admin,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as client,
+    ):
+        for fault in ({}, {"x-mock-fault": "429", "x-mock-fault-provider": "a"}):
+            before = await mock_requests(admin, mocks["a"])
+            headers = request_headers({**MOCK_HEADERS, **fault})
+            for _ in range(requests):
+                async with client.post(gw.url + "/v1/chat/completions", data=body,
+                                       headers=headers) as response:  # fmt: skip
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"first picks: HTTP {response.status}")
+            counts.append(await mock_requests(admin, mocks["a"]) - before)
+    return FirstPicks(requests, counts[0], counts[1])
+
+
 # ----- part 2: all providers failing -----------------------------------------------------------
 
 
@@ -710,13 +758,15 @@ class Storm:
         return self.attempts / self.requests if self.requests else float("nan")
 
     @property
-    def percent_binds(self) -> bool:
-        """Does the percentage term exceed min_concurrency at this many requests in flight?"""
-        return self.budget_percent / 100 * self.clients > self.min_concurrency
+    def in_flight_cap(self) -> float:
+        """Envoy's cap on retries in flight, taking the clients as the requests in flight."""
+        return max(self.budget_percent / 100 * self.clients, float(self.min_concurrency))
 
     @property
     def bound(self) -> float:
-        if self.percent_binds:
+        """The count bound: 1 + percent once more requests are in flight than
+        min_concurrency; below that the budget allows every retry (1 + max_retries)."""
+        if self.clients > self.min_concurrency:
             return 1 + self.budget_percent / 100
         return 1.0 + self.max_retries
 
@@ -878,8 +928,14 @@ def ports_busy(ports: Sequence[int]) -> list[int]:
 
 def quickstart_check(work: Path) -> QuickstartCheck:
     busy = ports_busy(QUICKSTART_PORTS)
+    deadline = time.monotonic() + QUICKSTART_PORT_WAIT_S
+    while busy and time.monotonic() < deadline:  # e.g. a test run on the machine finishing
+        time.sleep(1.0)
+        busy = ports_busy(QUICKSTART_PORTS)
     if busy:
-        return QuickstartCheck(skipped=f"quickstart ports in use: {busy}")
+        return QuickstartCheck(
+            skipped=f"quickstart ports in use for {QUICKSTART_PORT_WAIT_S:.0f} s: {busy}"
+        )
     doc = yaml.safe_load(QUICKSTART.read_text())
     route_names = [r["name"] for r in doc["routes"]]
     log_path = work / "quickstart-up.log"
@@ -1121,6 +1177,7 @@ class Results:
     storms: list[Storm]
     keepalive: KeepAlive | None
     quickstart: QuickstartCheck | None
+    first_picks: FirstPicks | None = None
     elapsed_s: float = 0.0
     loads: tuple[float, float] = (0.0, 0.0)
     left_running: list[int] = field(default_factory=list)
@@ -1145,9 +1202,13 @@ async def failures_and_keepalive(
     for fault in ("503", "429", "hang"):
         print(f"part 1: a fails with {FAULT_LABELS[fault]} ...", flush=True)
         results.one.append(await one_failing(gw, mocks, fault, plan))
+    print(f"part 1: a fails with {FAULT_LABELS['hang']}, 1 client ...", flush=True)
+    results.one.append(await one_failing(gw, mocks, "hang", plan.single(), SEQUENTIAL_HANG))
     for what_if in what_ifs(plan.concurrency):
         print(f"part 1, what-if: {what_if.key} ...", flush=True)
         results.what_ifs.append(await one_failing(gw, mocks, what_if.fault, plan, what_if))
+    # A route that retries a 429 at once, without a budget limit at this load.
+    results.first_picks = await first_picks(gw, mocks, f"one-{what_ifs(1)[-1].key}", 40)
     for clients in plan.storm_levels:
         print(f"part 2: both fail with 503, {clients} clients ...", flush=True)
         results.storms.append(await all_failing(gw, mocks, "503", clients, plan.storm_s))
@@ -1239,29 +1300,23 @@ def one_table(rows: Sequence[OneFailing]) -> list[str]:
 
 
 def storm_table(rows: Sequence[Storm]) -> list[str]:
+    s0 = rows[0]
     lines = [
         "| both fail with | clients | client requests | client errors | attempts / request | "
-        "bound that applies | within | Envoy retries | retries refused by budget | "
-        "ejections | failure latency p50 / p99 / max (ms) |",
-        "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|",
+        f"bound: 1 + {s0.budget_percent:g} % once clients > min_concurrency {s0.min_concurrency},"
+        f" else 1 + max_retries | within | Envoy's cap on retries in flight, max("
+        f"{s0.budget_percent:g} % x clients, {s0.min_concurrency}) | Envoy retries | "
+        "retries refused by budget | ejections | failure latency p50 / p99 / max (ms) |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for s in rows:
-        if s.percent_binds:
-            bound = (
-                f"≤ {s.bound:.2f} (1 + {s.budget_percent:g} %: "
-                f"{s.budget_percent / 100 * s.clients:.1f} > min {s.min_concurrency})"
-            )
-        else:
-            bound = (
-                f"≤ {s.bound:.0f} (1 + max_retries: {s.budget_percent / 100 * s.clients:.1f}"
-                f" ≤ min {s.min_concurrency})"
-            )
         within = "yes" if s.per_request <= s.bound + 1e-9 else "**no**"
         label = "503" if s.fault == "503" else f"hang (first_byte {FIRST_BYTE})"
         lines.append(
             f"| {label} | {s.clients} | {s.requests} | {_pct(s.errors / s.requests, 1)} | "
-            f"{s.per_request:.3f} | {bound} | {within} | {s.retries} | {s.retry_overflow} | "
-            f"{s.ejections} | {s.p50_ms:.0f} / {s.p99_ms:.0f} / {s.max_ms:.0f} |"
+            f"{s.per_request:.3f} | {s.bound:.2f} | {within} | {s.in_flight_cap:.1f} | "
+            f"{s.retries} | {s.retry_overflow} | {s.ejections} | "
+            f"{s.p50_ms:.0f} / {s.p99_ms:.0f} / {s.max_ms:.0f} |"
         )
     return lines
 
@@ -1330,30 +1385,71 @@ def config_used() -> str:
     )
 
 
+FAULT_SHORT = {"refused": "connection refused", "503": "503", "429": "429", "hang": "hang"}
+
+
+def _names(rows: Sequence[OneFailing]) -> str:
+    """'503 (8 clients), hang (1 client)': the rows of the main table, briefly."""
+    return ", ".join(f"{FAULT_SHORT[r.fault]} ({_clients(r.clients)})" for r in rows) or "none"
+
+
+def _clients(n: int) -> str:
+    return f"{n} client{'s' if n != 1 else ''}"
+
+
+def _errors(n: int) -> str:
+    return f"{n} error{'s' if n != 1 else ''}"
+
+
+def _sequential_window(rows: Sequence[OneFailing]) -> str:
+    single = [r for r in rows if r.clients == 1]
+    return f"{single[0].window_s:.0f} s for the 1-client row" if single else "all rows"
+
+
 def _label(r: OneFailing) -> str:
-    return FAULT_LABELS[r.fault] + (f"; {r.variant}" if r.variant else "")
+    clients = f", {_clients(r.clients)}"
+    return FAULT_LABELS[r.fault] + clients + (f"; {r.variant}" if r.variant else "")
 
 
 def reading(results: Results) -> list[str]:
     """The short reading, computed from the figures so that it stays true on a re-run."""
     lines: list[str] = []
+    met = [r for r in results.one if r.after_rate is not None and r.after_rate <= AIM_ERROR_RATE]
+    missed = [r for r in results.one if r not in met]
+    if results.one:
+        headline = f"- **Aim ≤ 0.1 % errors after ejection: met for {_names(met)}"
+        if missed:
+            headline += f"; not met for {_names(missed)}"
+            never = [r for r in missed if r.ejected_after_s is None]
+            if never:
+                headline += f" ({'never ejected' if len(never) == len(missed) else 'see below'})"
+        lines.append(headline + ".**")
+    if results.storms:
+        inside = all(s.per_request <= s.bound + 1e-9 for s in results.storms)
+        ratios = ", ".join(f"{s.per_request:.2f} at {s.clients}" for s in results.storms)
+        lines.append(
+            f"- **All providers failing: attempts per client request "
+            f"{'within' if inside else 'NOT within'} the bound at every concurrency "
+            f"measured** ({ratios} clients); failures come back fast (no hang beyond the "
+            "back-off and the first-byte timeout)."
+        )
     for r in [*results.one, *results.what_ifs]:
         label = _label(r)
         if r.ejected_after_s is None:
             lines.append(
                 f"- **{label}: never ejected** in {r.window_s:.0f} s; clients saw "
-                f"{r.errors} errors in {r.requests} requests ({_pct(r.error_rate)}), "
+                f"{_errors(r.errors)} in {r.requests} requests ({_pct(r.error_rate)}), "
                 f"{r.attempts / r.requests:.3f} attempts per request, p99 {r.p99_ms:.0f} ms."
                 + _why_not_ejected(r)
             )
             continue
         rate = r.after_rate
-        met = rate is not None and rate <= AIM_ERROR_RATE
+        ok = rate is not None and rate <= AIM_ERROR_RATE
         lines.append(
-            f"- **{label}: {'meets' if met else 'misses'} the ≤ 0.1 % aim after ejection** "
-            f"({r.after_errors} errors in {r.after_requests} requests); ejected "
+            f"- **{label}: {'meets' if ok else 'misses'} the ≤ 0.1 % aim after ejection** "
+            f"({_errors(r.after_errors)} in {r.after_requests} requests); ejected "
             f"{r.ejected_after_s * 1000:.0f} ms after the fault started "
-            f"({', '.join(r.ejected_by) or '?'}); {r.errors} errors over the whole "
+            f"({', '.join(r.ejected_by) or '?'}); {_errors(r.errors)} over the whole "
             f"window ({_pct(r.error_rate)}), {r.attempts / r.requests:.3f} upstream attempts "
             "per client request."
             + (
@@ -1363,16 +1459,30 @@ def reading(results: Results) -> list[str]:
             )
             + _why_errors(r)
         )
+    fp = results.first_picks
+    if fp is not None:
+        lines.append(
+            f"- **A failing provider that is not ejected gets more than its share of first "
+            f"attempts.** {fp.requests} sequential requests on a 1:1 route: `a` got "
+            f"{fp.a_healthy} first attempts while healthy, {fp.a_failing} while answering 429 "
+            "(each retried on `b`). The cluster's round robin advances on every pick, "
+            "including the retry's pick of `a` that previous_hosts rejects before it picks "
+            "`b`, so after each retry the next request starts on `a` again."
+        )
     for s in results.storms:
         verdict = "within" if s.per_request <= s.bound + 1e-9 else "**above**"
-        what = "503 on both" if s.fault == "503" else f"every attempt hanging ({FIRST_BYTE})"
+        what = "503 on both" if s.fault == "503" else f"every attempt hanging, {FIRST_BYTE}"
+        why = (
+            f"1 + {s.budget_percent:g} %"
+            if s.clients > s.min_concurrency
+            else f"below min_concurrency {s.min_concurrency} the budget allows every retry: "
+            "1 + max_retries"
+        )
         lines.append(
             f"- All failing ({what}), {s.clients} clients: {s.per_request:.3f} attempts per "
-            f"request, {verdict} the {s.bound:.2f} that applies "
-            f"({'budget percent' if s.percent_binds else 'min_concurrency ≥ percent x clients'})"
-            f"; {s.retry_overflow} retries refused by the budget; {_pct(s.errors / s.requests, 1)} "
-            f"errors, answered in p50 {s.p50_ms:.0f} / p99 {s.p99_ms:.0f} / max "
-            f"{s.max_ms:.0f} ms."
+            f"request, {verdict} the bound {s.bound:.2f} ({why}); {s.retry_overflow} retries "
+            f"refused by the budget; {_pct(s.errors / s.requests, 1)} errors, answered in "
+            f"p50 {s.p50_ms:.0f} / p99 {s.p99_ms:.0f} / max {s.max_ms:.0f} ms."
         )
     ka = results.keepalive
     if ka is not None:
@@ -1405,18 +1515,30 @@ def reading(results: Results) -> list[str]:
 
 
 def _why_not_ejected(r: OneFailing) -> str:
+    if r.fault == "hang":
+        return (
+            " Envoy's router reports every attempt that gets a connection to `a` as a "
+            "local-origin *success* (onPoolReady → LocalOriginConnectSuccess), and with "
+            "`split_external_local_origin_errors: true` that resets the "
+            "consecutive_local_origin_failure count; the hung attempts' timeouts only count "
+            f"if {OutlierDetection().consecutive_local_origin_failure} come with no attempt "
+            "starting on `a` in between, which with "
+            f"{_clients(r.clients)} "
+            f"{'never happens' if r.clients == 1 else 'did not happen here'}."
+        )
     if r.fault != "429":
         return ""
     text = (
         " Outlier detection counts only 5xx answers and local-origin failures, so a "
         "provider answering 429 is never ejected: every request whose first attempt goes to "
-        "`a` needs a retry."
+        f"`a` needs a retry ({r.retries / r.requests * 100:.0f} % of requests were retried; "
+        f"`a` had {r.a_share_before * 100:.0f} % of the answers before the fault)."
     )
     if r.retry_after_wait:
         text += (
             " That retry first waits Retry-After (1 to 1.5 s, rate_limited_retry_back_off) "
-            "although it goes to the other provider, holding a retry-budget slot all the time"
-            f" (latency p50 {r.p50_ms:.0f} ms, p99 {r.p99_ms:.0f} ms)."
+            "although it goes to the other provider, and holds a retry-budget slot all that "
+            f"time: {r.retries} retries in {r.window_s:.0f} s."
         )
     if r.retry_overflow:
         text += (
@@ -1426,6 +1548,12 @@ def _why_not_ejected(r: OneFailing) -> str:
         )
     else:
         text += " No retry was refused."
+    first_on_a = r.retries / r.requests
+    if first_on_a > r.a_share_before + 0.05:
+        text += (
+            f" `a` got {first_on_a * 100:.0f} % of the first attempts, not its "
+            f"{r.a_share_before * 100:.0f} % (see the round-robin note below)."
+        )
     return text
 
 
@@ -1440,7 +1568,7 @@ def _why_errors(r: OneFailing) -> str:
             "`upstream_rq_retry_overflow`): when `a` starts failing, the requests in flight "
             "on it fail at about the same moment, more at once than min_concurrency "
             f"({Retries().budget.min_concurrency}) retries may be in flight with "
-            f"{r.clients} clients"
+            f"{_clients(r.clients)}"
         )
     return text + "."
 
@@ -1464,10 +1592,11 @@ def report(command: str, results: Results) -> str:
     if results.one:
         r0 = results.one[0]
         lines += [
-            f"### One of two providers failing 100% ({r0.clients} clients)",
+            "### One of two providers failing 100%",
             "",
             f"Routes of `a` and `b`, weight 1:1; after {r0.warm_s:.0f} s with "
-            f"both healthy, `a` fails for {r0.window_s:.0f} s. *errors (whole window)*: "
+            f"both healthy, `a` fails for {r0.window_s:.0f} s "
+            f"({_sequential_window(results.one)}). *errors (whole window)*: "
             "requests that ended after the fault started; *after ejection*: requests started "
             "after Envoy's `outlier_detection.ejections_enforced_total` for the route's cluster "
             f"was seen > 0 (admin /stats polled every {EJECTION_POLL_S * 1000:.0f} ms; *time to "
@@ -1494,11 +1623,12 @@ def report(command: str, results: Results) -> str:
             "Both mocks fail every request for "
             f"{results.storms[0].window_s:.0f} s per row (a route of its own per row). Envoy's "
             "retry budget caps retries *in flight* at max(percent x (active + pending "
-            "requests), min_concurrency): with few requests in flight min_concurrency is the "
-            "binding term and every request may use all its retries (bound 1 + max_retries); "
-            "the percentage binds once percent x clients > min_concurrency (bound 1 + "
-            "percent, as a count ratio only approximately: the budget limits concurrency, "
-            "not counts). Failure latency: client-seen time of the failed requests.",
+            "upstream requests), min_concurrency), not their count: up to min_concurrency "
+            "requests in flight every request may use all its retries (bound 1 + "
+            "max_retries); above it the count bound checked is 1 + percent. A retry holds its "
+            "slot from the failed attempt through the back-off to the end of the retried "
+            "attempt, so slow failures (hang) use the budget up more than fast ones (503). "
+            "*failure latency*: client-seen time of the failed requests.",
             "",
             *storm_table(results.storms),
             "",
