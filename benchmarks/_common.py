@@ -5,7 +5,6 @@ benchmarks/RESULTS.md. Linux only (reads /proc); no third-party packages.
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import math
 import os
@@ -14,7 +13,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +20,6 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-_PR_SET_PDEATHSIG = 1
 
 
 # ----- ports -------------------------------------------------------------------------------
@@ -127,13 +124,6 @@ def stop_tree(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> list[i
             except ProcessLookupError:
                 pass
     return killed
-
-
-def die_with_parent() -> None:
-    """A `preexec_fn`: the child gets SIGTERM when the benchmark dies, even by SIGKILL."""
-    if sys.platform == "linux":
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 # ----- statistics --------------------------------------------------------------------------

@@ -82,7 +82,6 @@ import yaml
 from benchmarks._common import (
     alive,
     children_of,
-    die_with_parent,
     free_ports,
     machine,
     percentile,
@@ -92,6 +91,7 @@ from benchmarks._common import (
     wait_listening,
 )
 from sluicegate.config.resilience import OutlierDetection, Retries
+from sluicegate.process import die_with_parent
 
 SECTION = "Provider failures"
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,12 +208,11 @@ class MockProcess:
             argv += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                argv,
+                die_with_parent(argv),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,
-            )
+                )
         self.killed = False
 
     @property
@@ -280,9 +279,6 @@ class Gateway:
 def start_up(
     config: Path, run_dir: Path, log_path: Path, extra: Sequence[str]
 ) -> subprocess.Popen[bytes]:
-    # `up` forks Envoy while its gRPC servers run; with gRPC's fork handlers on, the child
-    # sometimes aborts before exec (tests/resilience/harness.py). Off for our stacks.
-    env = {**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "false"}
     argv = [
         sys.executable,
         "-m",
@@ -297,13 +293,11 @@ def start_up(
     ]
     with log_path.open("wb") as log:
         return subprocess.Popen(
-            argv,
+            die_with_parent(argv),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=env,
             cwd=ROOT,
-            preexec_fn=die_with_parent,
         )
 
 

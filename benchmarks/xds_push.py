@@ -75,7 +75,6 @@ import yaml
 from benchmarks._common import (
     children_of,
     cpu_seconds,
-    die_with_parent,
     free_ports,
     machine,
     median,
@@ -84,6 +83,7 @@ from benchmarks._common import (
     today,
     update_section,
 )
+from sluicegate.process import die_with_parent
 
 SECTION = "xDS push"
 #: The push-latency aim from the issue: 1,000 routes live within 1 s of the change.
@@ -333,12 +333,11 @@ class Gateway:
             argv = [sys.executable, "-m", "sluicegate", "up", *up_args]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                argv,
+                die_with_parent(argv),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,
-            )
+                )
 
     def envoy_pid(self) -> int:
         for pid in children_of(self.process.pid):
@@ -594,11 +593,10 @@ class Child:
     def __init__(self, argv: list[str], log_path: Path) -> None:
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
-            argv,
+            die_with_parent(argv),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
-            preexec_fn=die_with_parent,
         )
         self._lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
