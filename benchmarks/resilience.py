@@ -92,6 +92,7 @@ from benchmarks._common import (
 )
 from sluicegate.config.resilience import OutlierDetection, Retries
 from sluicegate.process import die_with_parent
+from sluicegate.provider import make_test_ca as make_provider_test_ca
 
 SECTION = "Provider failures"
 ROOT = Path(__file__).resolve().parent.parent
@@ -306,59 +307,9 @@ def request_headers(extra: Mapping[str, str]) -> dict[str, str]:
 
 
 def make_test_ca(directory: Path) -> tuple[Path, Path, Path]:
-    """A throwaway CA and a server certificate for SERVER_NAME it signed (openssl CLI).
-    Returns (CA certificate, server certificate, server key)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise RuntimeError("part 3 needs the openssl command to make a test CA")
-    ca_key, ca_cert = directory / "ca.key", directory / "ca.pem"
-    key, csr, cert = directory / "server.key", directory / "server.csr", directory / "server.pem"
-    extensions = directory / "server.ext"
-    extensions.write_text(
-        f"subjectAltName=DNS:{SERVER_NAME}\nextendedKeyUsage=serverAuth\n"
-        "basicConstraints=critical,CA:FALSE\n"
-    )
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], check=True, capture_output=True, timeout=30)
-
-    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    run(
-        "req",
-        "-x509",
-        *curve,
-        "-days",
-        "1",
-        "-subj",
-        "/CN=sluicegate bench CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-        "-keyout",
-        str(ca_key),
-        "-out",
-        str(ca_cert),
-    )
-    run("req", *curve, "-subj", f"/CN={SERVER_NAME}", "-keyout", str(key), "-out", str(csr))
-    run(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(ca_cert),
-        "-CAkey",
-        str(ca_key),
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        str(extensions),
-        "-out",
-        str(cert),
-    )
-    return ca_cert, cert, key
+    """(CA certificate, server certificate, server key) for SERVER_NAME."""
+    certs = make_provider_test_ca(directory, [SERVER_NAME])
+    return certs.ca, certs.cert, certs.key
 
 
 # ----- the configuration under test -----------------------------------------------------------

@@ -3,6 +3,7 @@
 What the demo, the tests and the benchmarks run against instead of a real provider.
 """
 
+from sluicegate.provider.certs import TestCertificates, make_test_ca
 from sluicegate.provider.cli import add_mock_provider_arguments, settings_from_args
 from sluicegate.provider.faults import Fault
 from sluicegate.provider.server import (
@@ -17,8 +18,10 @@ __all__ = [
     "Fault",
     "MockProviderSettings",
     "RunningMockProvider",
+    "TestCertificates",
     "ThreadedMockProvider",
     "add_mock_provider_arguments",
+    "make_test_ca",
     "run_mock_provider",
     "settings_from_args",
     "start_mock_provider",

@@ -9,9 +9,7 @@ test module builds one document with a route per scenario, each route overriding
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -21,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from openai import OpenAI
 
+from sluicegate.provider import make_test_ca as make_provider_test_ca
 from sluicegate.provider.settings import MockProviderSettings
 from sluicegate.provider.thread import ThreadedMockProvider, start_mock_provider_thread
 from tests.e2e.stack import Stack, free_port, running_stack
@@ -177,32 +175,6 @@ def mocks(*names: str, **settings: Any) -> Iterator[dict[str, ThreadedMockProvid
 
 
 def make_test_ca(directory: Path, server_name: str) -> tuple[Path, Path, Path]:
-    """A throwaway CA and a server certificate it signed for `server_name` (openssl CLI).
-
-    Returns (ca certificate, server certificate, server key).
-    """
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("needs the openssl command to make a test CA")
-    ca_key, ca_cert = directory / "ca.key", directory / "ca.pem"
-    key, csr, cert = directory / "server.key", directory / "server.csr", directory / "server.pem"
-    extensions = directory / "server.ext"
-    extensions.write_text(
-        f"subjectAltName=DNS:{server_name}\n"
-        "extendedKeyUsage=serverAuth\n"
-        "basicConstraints=critical,CA:FALSE\n"
-    )
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], check=True, capture_output=True, timeout=30)
-
-    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    run("req", "-x509", *curve, "-days", "1", "-subj", "/CN=sluicegate test CA",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        "-keyout", str(ca_key), "-out", str(ca_cert))  # fmt: skip
-    run("req", *curve, "-subj", f"/CN={server_name}", "-keyout", str(key), "-out", str(csr))
-    run("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
-        "-CAcreateserial", "-days", "1", "-extfile", str(extensions),
-        "-out", str(cert))  # fmt: skip
-    return ca_cert, cert, key
+    """(CA certificate, server certificate, server key) for `server_name`."""
+    certs = make_provider_test_ca(directory, [server_name])
+    return certs.ca, certs.cert, certs.key

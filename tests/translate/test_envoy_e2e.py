@@ -12,12 +12,9 @@ skipped where Python has nothing to do.
 from __future__ import annotations
 
 import json
-import shutil
 import ssl
-import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -26,6 +23,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from sluicegate import wire
+from sluicegate.provider import make_test_ca
 from sluicegate.xds.translate import GatewayIR, build_ir, models_list_json, translate
 
 from . import fake_ext_proc
@@ -77,27 +75,13 @@ async def _start_echo(
     return upstream
 
 
-def _certificate(directory: Path) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("needs the openssl command to make a certificate")
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
-    return cert, key
-
-
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gateway]:
     tmp = tmp_path_factory.mktemp("envoy")
-    cert, key = _certificate(tmp)
+    certs = make_test_ca(tmp, ["localhost", "127.0.0.1"])
+    cert = certs.ca  # the gateway trusts the CA that signed the upstream's certificate
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_tls.load_cert_chain(cert, key)
+    server_tls.load_cert_chain(certs.cert, certs.key)
     runners: list[web.AppRunner] = []
     alpha = await _start_echo("alpha", runners)
     beta = await _start_echo("beta", runners)
