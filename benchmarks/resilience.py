@@ -90,7 +90,7 @@ from benchmarks._common import (
     update_section,
     wait_listening,
 )
-from sluicegate.config.resilience import OutlierDetection, Retries
+from sluicegate.config import OutlierDetection, Retries
 from sluicegate.process import die_with_parent
 from sluicegate.provider import make_test_ca as make_provider_test_ca
 

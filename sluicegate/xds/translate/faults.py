@@ -16,7 +16,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 from envoy.type.v3 import percent_pb2
 
-from sluicegate.config.schema import Fault
+from sluicegate.config import Fault
 
 from ._proto import duration_ms, pack
 

@@ -17,8 +17,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from sluicegate.config.resilience import HealthCheck, Protocol, Resilience, effective
-from sluicegate.config.schema import Config, Fault, Provider, Route
+from sluicegate.config import (
+    Config,
+    Fault,
+    HealthCheck,
+    Protocol,
+    Provider,
+    Resilience,
+    Route,
+    effective,
+)
 
 Role = Literal["gateway", "sidecar"]
 Scheme = Literal["http", "https"]
