@@ -55,7 +55,7 @@ from sluicegate.xds.server import (
     bound_port,
     serve_ads,
 )
-from tests.e2e.stack import free_port
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 

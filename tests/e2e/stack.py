@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,28 +18,24 @@ from typing import Any
 
 import yaml
 
+from tests.ports import free_ports
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def quickstart_on_free_ports(tmp: Path) -> dict[str, Any]:
     """The quickstart document with every port moved to a free one."""
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "quickstart.yaml").read_text())
     shutil.copytree(EXAMPLES / "keys", tmp / "keys", dirs_exist_ok=True)
+    mocks = [provider for provider in doc["providers"] if "mock" in provider]
+    ports = iter(free_ports(4 + len(doc["listeners"]) + len(mocks)))
     doc["sluicegate"] = {
-        key: f"127.0.0.1:{free_port()}" for key in ("xds", "ext_proc", "http", "envoy_admin")
+        key: f"127.0.0.1:{next(ports)}" for key in ("xds", "ext_proc", "http", "envoy_admin")
     }
     for listener in doc["listeners"]:
-        listener["port"] = free_port()
-    for provider in doc["providers"]:
-        if "mock" in provider:
-            provider["base_url"] = f"http://127.0.0.1:{free_port()}/v1"
+        listener["port"] = next(ports)
+    for provider in mocks:
+        provider["base_url"] = f"http://127.0.0.1:{next(ports)}/v1"
     return doc
 
 

@@ -24,7 +24,8 @@ from openai import OpenAI
 from sluicegate.provider import make_test_ca as make_provider_test_ca
 from sluicegate.provider.settings import MockProviderSettings
 from sluicegate.provider.thread import ThreadedMockProvider, start_mock_provider_thread
-from tests.e2e.stack import Stack, free_port, running_stack
+from tests.e2e.stack import Stack, running_stack
+from tests.ports import free_port
 
 CLIENT_KEY = "sk-sluicegate-test"
 HELLO: Any = [{"role": "user", "content": "hello"}]

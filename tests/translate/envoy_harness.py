@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -37,12 +36,6 @@ from sluicegate.xds.translate import CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET
 
 ENVOY = find_envoy_binary()
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def to_dict(message: Message) -> dict[str, Any]:

@@ -25,10 +25,11 @@ from aiohttp import web
 from sluicegate import wire
 from sluicegate.provider import make_test_ca
 from sluicegate.xds.translate import GatewayIR, build_ir, models_list_json, translate
+from tests.ports import free_port
 
 from . import fake_ext_proc
 from .cases import config_of
-from .envoy_harness import free_port, running_envoy, static_bootstrap
+from .envoy_harness import running_envoy, static_bootstrap
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 

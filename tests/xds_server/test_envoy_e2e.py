@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +25,7 @@ from sluicegate.xds.server import (
     bound_port,
     serve_ads,
 )
+from tests.ports import free_port
 
 from .helpers import cla, cluster, listener, route
 
@@ -35,12 +35,6 @@ NODE = "e2e-envoy"
 def envoy_binary() -> str:
     return find_envoy_binary()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def bootstrap(ads_port: int, api_type: str) -> dict[str, Any]:
