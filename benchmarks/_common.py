@@ -17,34 +17,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+# One helper for tests and benchmarks (re-exported for the benchmark scripts).
+from tests.ports import free_port as free_port
+from tests.ports import free_ports as free_ports
+
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+
 # ----- ports -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports (all sockets held open until every one is picked)."""
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def wait_listening(port: int, timeout_s: float) -> None:
