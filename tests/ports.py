@@ -4,18 +4,28 @@ from __future__ import annotations
 
 import socket
 
+# Every port handed out in this test process. The kernel may offer a port again as
+# soon as its probe socket closes, so two calls a moment apart could return the same
+# port for two children of one document (which `sluicegate up` refuses as a socket
+# collision, and which failed CI once). Never handing a port out twice rules that out.
+_handed_out: set[int] = set()
+
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports that were free a moment ago. All sockets stay open until
-    every port is picked, so one document never gets the same port twice (which
-    `sluicegate up` would refuse as a socket collision)."""
+    """`count` distinct ports that were free a moment ago and were never returned
+    before in this process. All probe sockets stay open until every port is picked."""
     sockets: list[socket.socket] = []
+    chosen: list[int] = []
     try:
-        for _ in range(count):
+        while len(chosen) < count:
             probe = socket.socket()
             probe.bind(("127.0.0.1", 0))
             sockets.append(probe)
-        return [int(probe.getsockname()[1]) for probe in sockets]
+            port = int(probe.getsockname()[1])
+            if port not in _handed_out:
+                _handed_out.add(port)
+                chosen.append(port)
+        return chosen
     finally:
         for probe in sockets:
             probe.close()

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
 from sluicegate.envoy import find_envoy_binary
+from tests.ports import free_port
 
 
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    return free_port()
 
 
 def envoy_validate(config_path: Path) -> subprocess.CompletedProcess[str]:
