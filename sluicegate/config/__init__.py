@@ -5,10 +5,26 @@ Other rooms import from here only:
     config = load_config("routes.yaml")            # Config, or ConfigError(problems)
     keys = resolve_api_keys(config, "routes.yaml")  # provider name -> key or None
     problems = validate_file("routes.yaml")         # for `sluicegate validate`
+    hashed = hash_key(key); verify_key(key, hashed)  # client keys (tenants[].keys[].hash)
 """
 
 from .addresses import is_ip_address, split_host_port
+from .admission import (
+    LIMIT_KINDS,
+    Admission,
+    ClientKey,
+    Concurrency,
+    Limit,
+    LimiterStoreConfig,
+    LimitKind,
+    OnFailure,
+    PriorityClass,
+    RateLimits,
+    StoreKind,
+    Tenant,
+)
 from .drain import drained_view
+from .keyhash import generate_key, hash_key, parse_key_hash, verify_key
 from .loader import load_config, load_config_text, validate_file, validate_text
 from .problems import ConfigError, Problem, Severity
 from .resilience import (
@@ -44,10 +60,14 @@ from .schema import (
 from .secrets import resolve_api_keys
 
 __all__ = [
+    "LIMIT_KINDS",
     "Addresses",
+    "Admission",
     "ApiKeySource",
     "Backend",
     "Backoff",
+    "ClientKey",
+    "Concurrency",
     "Config",
     "ConfigError",
     "Fault",
@@ -55,30 +75,42 @@ __all__ = [
     "FaultDelay",
     "HealthCheck",
     "Http2",
+    "Limit",
+    "LimitKind",
+    "LimiterStoreConfig",
     "Limits",
     "Listener",
     "MockProvider",
+    "OnFailure",
     "OutlierDetection",
     "Pool",
+    "PriorityClass",
     "Problem",
     "Protocol",
     "Provider",
+    "RateLimits",
     "Resilience",
     "Retries",
     "RetryBudget",
     "Route",
     "Severity",
+    "StoreKind",
+    "Tenant",
     "Timeouts",
     "Tls",
     "drained_view",
     "effective",
     "format_duration_ms",
+    "generate_key",
+    "hash_key",
     "is_ip_address",
     "load_config",
     "load_config_text",
     "parse_duration_ms",
+    "parse_key_hash",
     "resolve_api_keys",
     "split_host_port",
     "validate_file",
     "validate_text",
+    "verify_key",
 ]

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from .admission import Admission, ClientKey, Tenant
 from .resilience import Resilience
 from .schema import Addresses, Config, Listener, Provider, Route
 
@@ -30,6 +31,16 @@ class BackendRef:
 
 
 @dataclass(frozen=True)
+class KeyRef:
+    """`tenants[tenant].keys[index]` is `key`."""
+
+    tenant: int
+    tenant_name: str
+    index: int
+    key: ClientKey
+
+
+@dataclass(frozen=True)
 class Document:
     """Valid entries of each section, each with its index in the YAML list."""
 
@@ -40,8 +51,8 @@ class Document:
     routes: tuple[tuple[int, Route], ...]
     # Every backend whose provider is a string, even in routes that failed validation.
     backends: tuple[BackendRef, ...]
-    # Every name written in each section ("listeners", "providers", "routes") with its
-    # index, even on entries that failed validation: a route naming a broken provider
+    # Every name written in each section ("listeners", "providers", "routes", "tenants")
+    # with its index, even on entries that failed validation: a route naming a broken provider
     # is not also told the name is unknown, and duplicate names are always found.
     names: Mapping[str, tuple[tuple[int, str], ...]]
     # False when some listener, provider or route failed validation: rules that need
@@ -50,6 +61,12 @@ class Document:
     # The top-level `defaults:` (pools, timeouts, retries, outlier detection), or None
     # when it failed validation: rules on a route's effective settings then stay quiet.
     defaults: Resilience | None = None
+    # Valid tenants with their index; `admission:` (None when it failed validation);
+    # every client key that is valid on its own, even inside a tenant that is not, so
+    # duplicate key names and hashes are always found.
+    tenants: tuple[tuple[int, Tenant], ...] = ()
+    admission: Admission | None = None
+    client_keys: tuple[KeyRef, ...] = ()
 
     @property
     def provider_names(self) -> tuple[str, ...]:
@@ -71,9 +88,17 @@ class Document:
                 "listeners": tuple(enumerate(x.name for x in config.listeners)),
                 "providers": tuple(enumerate(x.name for x in config.providers)),
                 "routes": tuple(enumerate(x.name for x in config.routes)),
+                "tenants": tuple(enumerate(x.name for x in config.tenants)),
             },
             complete=True,
             defaults=config.defaults,
+            tenants=tuple(enumerate(config.tenants)),
+            admission=config.admission,
+            client_keys=tuple(
+                KeyRef(t, tenant.name, k, key)
+                for t, tenant in enumerate(config.tenants)
+                for k, key in enumerate(tenant.keys)
+            ),
         )
 
     @classmethod
@@ -84,15 +109,20 @@ class Document:
         providers = _valid_items(Provider, raw["providers"])
         routes = _valid_items(Route, raw["routes"])
         valid = len(listeners) + len(providers) + len(routes)
+        raw_tenants = _items(data.get("tenants"))
         return cls(
             addresses=_valid_addresses(data.get("sluicegate", {})),
             listeners=listeners,
             providers=providers,
             routes=routes,
             backends=tuple(_backend_refs(raw["routes"])),
-            names={section: tuple(_names(items)) for section, items in raw.items()},
+            names={section: tuple(_names(items)) for section, items in raw.items()}
+            | {"tenants": tuple(_names(raw_tenants))},
             complete=valid == sum(len(items) for items in raw.values()),
             defaults=_valid(Resilience, data.get("defaults", {})),
+            tenants=_valid_items(Tenant, raw_tenants),
+            admission=_valid(Admission, data.get("admission", {})),
+            client_keys=tuple(_key_refs(raw_tenants)),
         )
 
 
@@ -148,4 +178,17 @@ def _backend_refs(routes: list[dict[object, object]]) -> list[BackendRef]:
             provider = backend.get("provider") if isinstance(backend, dict) else None
             if isinstance(provider, str):
                 refs.append(BackendRef(r, name, b, provider))
+    return refs
+
+
+def _key_refs(tenants: list[dict[object, object]]) -> list[KeyRef]:
+    refs = []
+    for t, tenant in enumerate(tenants):
+        name = tenant.get("name")
+        if not isinstance(name, str):
+            name = f"tenants[{t}]"
+        for k, item in enumerate(_items(tenant.get("keys"))):
+            key = _valid(ClientKey, item)
+            if key is not None:
+                refs.append(KeyRef(t, name, k, key))
     return refs

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .addresses import is_ip_address, split_host_port
+from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant
 from .resilience import (
     Duration,
     HealthCheck,
@@ -31,8 +32,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-Name = str  # a DNS-label-like identifier, checked by `NAME_PATTERN`
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+Name = str  # a DNS-label-like identifier, checked by `NAME_PATTERN` (admission.py)
 
 
 class Listener(Strict):
@@ -170,6 +170,12 @@ class Route(Strict):
     outlier_detection: OutlierDetection | None = None
     # Drills only: delay or abort a share of this route's requests.
     fault: Fault | None = None
+    # Rate limits per model of this route: each model is counted on its own.
+    rate_limits: RateLimits | None = None
+    # Output-token estimate for requests without max_tokens; overrides admission's.
+    default_max_tokens: int | None = Field(default=None, ge=1, le=100_000_000)
+    # In-flight gate whose waiting requests are served by priority class.
+    concurrency: Concurrency | None = None
 
     @field_validator("models")
     @classmethod
@@ -214,3 +220,7 @@ class Config(Strict):
     listeners: list[Listener] = Field(min_length=1)
     providers: list[Provider] = Field(min_length=1)
     routes: list[Route] = Field(min_length=1)
+    # Priority classes, token estimates and the limiter store (admission.py).
+    admission: Admission = Field(default_factory=Admission)
+    # Who may call: client keys, limits, models, priority (empty: keys are not checked).
+    tenants: list[Tenant] = Field(default_factory=list)

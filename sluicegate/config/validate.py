@@ -1,4 +1,5 @@
-"""Rules that span the document: names, references between sections, models, URLs.
+"""Rules that span the document: names, references between sections, models, URLs,
+tenants, client keys and admission settings.
 
 Each rule takes the valid parts of a document and returns Problems located by key
 path. Socket collisions live in `sockets.py`.
@@ -10,7 +11,9 @@ import difflib
 from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
-from .document import Document
+from .admission import Admission
+from .document import Document, KeyRef
+from .keyhash import parse_key_hash
 from .problems import Problem, Severity
 from .resilience import (
     HealthCheck,
@@ -327,12 +330,125 @@ def _ejection_problems(
         )
 
 
+def check_admission(doc: Document, at: Locator) -> Iterable[Problem]:
+    """Priority classes, token estimates and the limiter store of `admission:`."""
+    admission = doc.admission
+    if admission is None:
+        return
+    first: dict[str, int] = {}
+    for c, item in enumerate(admission.priority_classes):
+        if item.name in first:
+            earlier = ("admission", "priority_classes", first[item.name], "name")
+            yield at.error(
+                ("admission", "priority_classes", c, "name"),
+                f"duplicate priority class name '{item.name}' (first at {_where(at, earlier)})",
+            )
+        else:
+            first[item.name] = c
+    if admission.default_priority not in first:
+        message = _unknown("priority class", admission.default_priority, tuple(first))
+        if "default_priority" not in admission.model_fields_set:
+            message += "; set admission.default_priority to one of the declared classes"
+        yield at.error(("admission", "default_priority"), message)
+    yield from _token_estimates(doc, at, admission)
+    store = admission.store
+    if store.kind == "redis" and store.url is None:
+        yield at.error(
+            ("admission", "store", "kind"),
+            "a redis store needs a url, e.g. url: redis://127.0.0.1:6379/0",
+        )
+    if store.kind == "memory" and store.url is not None:
+        yield at.error(
+            ("admission", "store", "url"),
+            "url is used only by a redis store: set kind: redis or remove the url",
+        )
+
+
+def _token_estimates(doc: Document, at: Locator, admission: Admission) -> Iterator[Problem]:
+    """An estimate above max_output_tokens could never be asked for explicitly."""
+    most = admission.max_output_tokens
+    if admission.default_max_tokens > most:
+        yield at.error(
+            ("admission", "default_max_tokens"),
+            f"default_max_tokens ({admission.default_max_tokens}) is larger than "
+            f"max_output_tokens ({most})",
+        )
+    for r, route in doc.routes:
+        if route.default_max_tokens is not None and route.default_max_tokens > most:
+            yield at.error(
+                ("routes", r, "default_max_tokens"),
+                f"route '{route.name}': default_max_tokens ({route.default_max_tokens}) is "
+                f"larger than admission.max_output_tokens ({most})",
+            )
+
+
+def check_tenants(doc: Document, at: Locator) -> Iterable[Problem]:
+    """Each tenant's priority class and models exist; a tenant without keys is unusable."""
+    classes = None if doc.admission is None else tuple(dict.fromkeys(doc.admission.class_names))
+    served: dict[str, None] = {}  # every model some route serves, in file order
+    for _, route in doc.routes:
+        served.update(dict.fromkeys(route.models))
+    for t, tenant in doc.tenants:
+        wanted = tenant.priority
+        if wanted is not None and classes is not None and wanted not in classes:
+            yield at.error(
+                ("tenants", t, "priority"),
+                _unknown("priority class", wanted, classes),
+            )
+        # A route that failed validation may be the one serving the model.
+        if tenant.models is not None and doc.complete:
+            for m, model in enumerate(tenant.models):
+                if model not in served:
+                    yield at.error(
+                        ("tenants", t, "models", m),
+                        f"tenant '{tenant.name}' may use model '{model}', which no route "
+                        f"serves (served: {', '.join(served) or 'none'})"
+                        + _did_you_mean(model, tuple(served)),
+                    )
+        if not tenant.keys:
+            yield at.warning(
+                ("tenants", t, "name"),
+                f"tenant '{tenant.name}' has no keys, so no request can reach it",
+            )
+
+
+def check_client_keys(doc: Document, at: Locator) -> Iterable[Problem]:
+    """Key names label metrics, so they are unique across tenants; a key has one owner."""
+    by_name: dict[str, KeyRef] = {}
+    by_hash: dict[tuple[bytes, bytes], KeyRef] = {}
+    for ref in doc.client_keys:
+        path = ("tenants", ref.tenant, "keys", ref.index)
+        first = by_name.setdefault(ref.key.name, ref)
+        if first is not ref:
+            earlier = ("tenants", first.tenant, "keys", first.index, "name")
+            yield at.error(
+                (*path, "name"),
+                f"duplicate key name '{ref.key.name}' (first at {_where(at, earlier)}); key "
+                "names are unique across all tenants",
+            )
+        first = by_hash.setdefault(parse_key_hash(ref.key.hash), ref)
+        if first is not ref:
+            earlier = ("tenants", first.tenant, "keys", first.index, "hash")
+            yield at.error(
+                (*path, "hash"),
+                f"key '{ref.key.name}' has the same hash as key '{first.key.name}' of tenant "
+                f"'{first.tenant_name}' (at {_where(at, earlier)}); one API key belongs to "
+                "one key entry: make a new key with `sluicegate hash-key --generate`",
+            )
+
+
 def _unknown_provider(name: str, known: tuple[str, ...]) -> str:
-    message = f"unknown provider '{name}' (known: {', '.join(known) or 'none'})"
+    return _unknown("provider", name, known)
+
+
+def _unknown(kind: str, name: str, known: tuple[str, ...]) -> str:
+    message = f"unknown {kind} '{name}' (known: {', '.join(known) or 'none'})"
+    return message + _did_you_mean(name, known)
+
+
+def _did_you_mean(name: str, known: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    if close:
-        message += f"; did you mean '{close[0]}'?"
-    return message
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _where(at: Locator, path: tuple[str | int, ...]) -> str:
@@ -349,5 +465,8 @@ RULES: tuple[Rule, ...] = (
     check_protocols,
     check_health_checks,
     check_resilience,
+    check_admission,
+    check_tenants,
+    check_client_keys,
     check_sockets,
 )

@@ -23,6 +23,7 @@ from sluicegate import wire
 from . import counters as outcome
 from . import errors
 from .counters import Counters
+from .headers import header_text
 from .jsonbody import BodyError, decode_utf8, find_member
 from .metadata import (
     META_ORIGINAL_PATH,
@@ -63,14 +64,6 @@ class AttemptCaches:
     def __init__(self) -> None:
         self.endpoints: TextCache[EndpointFacts] = TextCache(parse_endpoint_facts)
         self.routes: TextCache[RouteFacts] = TextCache(parse_route_facts)
-
-
-def _header_text(header: Any) -> str:
-    raw: bytes = header.raw_value
-    if raw:
-        return raw.decode("utf-8", "surrogateescape")
-    value: str = header.value
-    return value
 
 
 class AttemptStream:
@@ -116,9 +109,9 @@ class AttemptStream:
         for header in request.request_headers.headers.headers:
             key = header.key
             if key == ":path":
-                path = _header_text(header)
+                path = header_text(header)
             elif key == "content-length":
-                self._content_length = _header_text(header)
+                self._content_length = header_text(header)
 
         original: str | None = None
         metadata = request.metadata_context.filter_metadata

@@ -9,6 +9,7 @@ not allocate protobuf messages for them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Final
 
 from envoy.config.core.v3 import base_pb2
@@ -89,14 +90,19 @@ def immediate_error(
     type: str = "invalid_request_error",
     param: str | None = None,
     code: str | None = None,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> bytes:
-    """Serialized `ImmediateResponse` carrying an OpenAI-style JSON error."""
+    """Serialized `ImmediateResponse` carrying an OpenAI-style JSON error (and any extra
+    response headers, e.g. Retry-After and x-ratelimit-* on a 429)."""
     immediate = ep.ImmediateResponse(
         status=http_status_pb2.HttpStatus(code=status),
         body=openai_error(message, type=type, param=param, code=code),
         details=f"sluicegate_{code or type}",
     )
     immediate.headers.set_headers.append(_JSON_CONTENT_TYPE)
+    immediate.headers.set_headers.extend(
+        set_header(key, value.encode("utf-8")) for key, value in headers
+    )
     result: bytes = ep.ProcessingResponse(immediate_response=immediate).SerializeToString()
     return result
 

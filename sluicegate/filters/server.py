@@ -7,6 +7,7 @@ from typing import Final
 
 import grpc
 
+from .admission import AdmissionController, AdmissionPolicy
 from .counters import Counters
 from .service import ExtProcService
 from .table import RoutingTable
@@ -37,7 +38,7 @@ class ExtProcServer:
         counters: Counters | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
-        self.service = ExtProcService(table, counters)
+        self.service = ExtProcService(table, counters, AdmissionController())
         self._max_message_bytes = max_message_bytes
         self._server: grpc.aio.Server | None = None
         self._address: str | None = None
@@ -53,6 +54,14 @@ class ExtProcServer:
     def update_table(self, table: RoutingTable) -> None:
         """Atomically replace the served-model table (hot reload)."""
         self.service.update_table(table)
+
+    @property
+    def admission(self) -> AdmissionController:
+        return self.service.admission
+
+    def update_admission(self, policy: AdmissionPolicy) -> None:
+        """Adopt reloaded tenants, limits and gates (hot reload)."""
+        self.service.admission.update(policy)
 
     @property
     def address(self) -> str:
@@ -89,6 +98,7 @@ class ExtProcServer:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)
+            await self.service.admission.close()
 
     async def wait_for_termination(self) -> None:
         if self._server is not None:

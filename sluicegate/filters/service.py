@@ -18,7 +18,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from sluicegate import wire
 
 from . import counters as outcome
-from . import errors, routing
+from . import errors
+from .admission import AdmissionController, AdmissionStream, UsageStream
 from .attempt import AttemptCaches, AttemptStream
 from .counters import Counters
 from .responses import INTERNAL_ERROR
@@ -45,9 +46,15 @@ def stage_of(metadata: Any) -> str | None:
 class ExtProcService:
     """Holds the routing table and counters; answers Process streams."""
 
-    def __init__(self, table: RoutingTable | None = None, counters: Counters | None = None):
+    def __init__(
+        self,
+        table: RoutingTable | None = None,
+        counters: Counters | None = None,
+        admission: AdmissionController | None = None,
+    ):
         self._table = table if table is not None else RoutingTable()
         self.counters = counters if counters is not None else Counters()
+        self.admission = admission if admission is not None else AdmissionController()
         self._attempt_caches = AttemptCaches()
 
     @property
@@ -72,15 +79,31 @@ class ExtProcService:
         stage = stage_of(context.invocation_metadata())
         counters = self.counters
         if stage == wire.STAGE_ROUTING:
-            on_routing = routing.on_message
-            async for request in requests:
-                try:
-                    answer = on_routing(request, self._table, counters)
-                except Exception:
-                    log.exception("routing stage failed on a message")
-                    counters.inc(wire.STAGE_ROUTING, outcome.INTERNAL_ERROR)
-                    answer = INTERNAL_ERROR
-                yield answer
+            stream = AdmissionStream(self.admission, self._table, counters)
+            try:
+                async for request in requests:
+                    try:
+                        answer = await stream.on_message(request)
+                    except Exception:
+                        log.exception("routing stage failed on a message")
+                        counters.inc(wire.STAGE_ROUTING, outcome.INTERNAL_ERROR)
+                        answer = INTERNAL_ERROR
+                    yield answer
+            finally:
+                # The request ended (response done, client gone, or cancelled while queued).
+                stream.close()
+        elif stage == wire.STAGE_USAGE:
+            # Observability mode: Envoy never waits for (and ignores) answers.
+            usage = UsageStream(self.admission)
+            try:
+                async for request in requests:
+                    try:
+                        usage.on_message(request)
+                    except Exception:
+                        log.exception("usage stage failed on a message")
+                        counters.inc(wire.STAGE_USAGE, outcome.INTERNAL_ERROR)
+            finally:
+                usage.finish()
         elif stage == wire.STAGE_ATTEMPT:
             attempt = AttemptStream(self._attempt_caches, counters)
             async for request in requests:

@@ -27,7 +27,7 @@ from sluicegate.config import (
     load_config,
     resolve_api_keys,
 )
-from sluicegate.filters import RoutingTable
+from sluicegate.filters import AdmissionPolicy, RoutingTable, admission_policy
 from sluicegate.xds.server import Snapshot, SnapshotCache
 from sluicegate.xds.translate import build_ir, routing_table_entries, translate
 
@@ -52,10 +52,12 @@ class ControlPlane:
         path: Path,
         cache: SnapshotCache,
         on_routing_table: Callable[[RoutingTable], None] = lambda table: None,
+        on_admission: Callable[[AdmissionPolicy], None] = lambda policy: None,
     ) -> None:
         self.path = path
         self.cache = cache
         self.on_routing_table = on_routing_table
+        self.on_admission = on_admission
         self.config: Config | None = None
         self.snapshot: Snapshot | None = None
         self.routing_table = RoutingTable.empty()
@@ -121,6 +123,7 @@ class ControlPlane:
         self.snapshot = snapshot
         # Filter first: a model that Envoy is about to route must already be known to it.
         self.routing_table = RoutingTable.from_entries(routing_table_entries(ir))
+        self.on_admission(admission_policy(config))
         self.on_routing_table(self.routing_table)
         self.cache.set_snapshot(snapshot)
         self.reloads_ok += 1

@@ -6,7 +6,7 @@ Read-only views of the control plane; it holds no state of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -68,12 +68,15 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
     }
 
 
-def make_app(cp: ControlPlane) -> web.Application:
+def make_app(cp: ControlPlane, registries: Sequence[CollectorRegistry] = ()) -> web.Application:
+    """`registries`: further metrics served on the same page (the ext_proc admission's)."""
     registry = CollectorRegistry()
     registry.register(ControlPlaneCollector(cp))
+    every = [registry, *registries]
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), content_type="text/plain")
+        body = b"".join(generate_latest(item) for item in every)
+        return web.Response(body=body, content_type="text/plain")
 
     async def status(_: web.Request) -> web.Response:
         return web.json_response(status_document(cp), dumps=lambda o: json.dumps(o, indent=2))
@@ -99,8 +102,10 @@ def make_app(cp: ControlPlane) -> web.Application:
     return app
 
 
-async def start_status_http(cp: ControlPlane, host: str, port: int) -> web.AppRunner:
-    runner = web.AppRunner(make_app(cp), access_log=None)
+async def start_status_http(
+    cp: ControlPlane, host: str, port: int, registries: Sequence[CollectorRegistry] = ()
+) -> web.AppRunner:
+    runner = web.AppRunner(make_app(cp, registries), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner

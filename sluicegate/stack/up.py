@@ -68,7 +68,12 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
 
         cache = SnapshotCache()
         ext_proc = ExtProcServer()
-        control_plane = ControlPlane(path, cache, on_routing_table=ext_proc.update_table)
+        control_plane = ControlPlane(
+            path,
+            cache,
+            on_routing_table=ext_proc.update_table,
+            on_admission=ext_proc.update_admission,
+        )
         if not control_plane.load().ok:
             return 2
 
@@ -77,7 +82,9 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
         await ext_proc.start(addresses.ext_proc)
         stack.push_async_callback(ext_proc.stop)
         http_host, http_port = split_host_port(addresses.http)
-        runner = await start_status_http(control_plane, http_host, http_port)
+        runner = await start_status_http(
+            control_plane, http_host, http_port, registries=[ext_proc.admission.metrics.registry]
+        )
         stack.push_async_callback(runner.cleanup)
         log.info("xDS on %s, ext_proc on %s, status on %s",
                  addresses.xds, addresses.ext_proc, addresses.http)  # fmt: skip

@@ -221,6 +221,37 @@ routes:
 """,
         {"fast": "sk-fast-test", "primary": "sk-primary-test", "backup": None},
     ),
+    # Admission: tenants, token limits (so the usage observer runs), a priority gate
+    # (so the routing stage waits longer than the longest queue wait).
+    "admission": (
+        """
+version: 1
+admission:
+  priority_classes:
+    - {name: interactive, max_queue: 8, max_wait: 10s}
+    - {name: batch, max_queue: 64, max_wait: 45s}
+  default_priority: batch
+listeners:
+  - {name: main, port: 8080}
+providers:
+  - name: local
+    base_url: http://127.0.0.1:8001/v1
+routes:
+  - name: chat
+    models: [gpt-4o-mini]
+    backends: [{provider: local}]
+    rate_limits: {tokens: 200000}
+    concurrency: {max_requests: 16, headroom: 0.25}
+tenants:
+  - name: team
+    priority: interactive
+    rate_limits: {requests: 600, tokens: 100000, per: 1m}
+    keys:
+      - name: team-key
+        hash: "sha256:00112233445566778899aabbccddeeff:""" + "0" * 64 + """"
+""",
+        {"local": None},
+    ),
 }
 
 

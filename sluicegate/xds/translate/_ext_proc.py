@@ -1,4 +1,5 @@
-"""The two ext_proc filter configs: downstream "routing" and upstream per-attempt "attempt".
+"""The ext_proc filter configs: downstream "routing" (admission) and "usage" (an observer),
+and upstream per-attempt "attempt".
 
 Both call the same gRPC cluster; the `x-sluicegate-stage` initial metadata tells the
 server which one is calling. Both send the request headers and the buffered request body,
@@ -32,6 +33,9 @@ EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
 # (override_message_timeout), e.g. while a request waits in the admission queue.
 MAX_MESSAGE_TIMEOUT_FACTOR = 10
 
+# Time past the longest queue wait before Envoy gives up on an answer from the queue.
+QUEUE_WAIT_MARGIN_MS = 2_000
+
 _Mode = processing_mode_pb2.ProcessingMode
 
 
@@ -48,11 +52,54 @@ def request_only_mode() -> processing_mode_pb2.ProcessingMode:
     )
 
 
+def observer_mode() -> processing_mode_pb2.ProcessingMode:
+    """Response headers and the response body as it streams, nothing of the request."""
+    return _Mode(
+        request_header_mode=_Mode.SKIP,
+        response_header_mode=_Mode.SEND,
+        request_body_mode=_Mode.NONE,
+        response_body_mode=_Mode.STREAMED,
+        request_trailer_mode=_Mode.SKIP,
+        response_trailer_mode=_Mode.SKIP,
+    )
+
+
+def usage_observer_config(limits: LimitsIR) -> ext_proc_pb2.ExternalProcessor:
+    """The usage stage: reads real token usage off each response to reconcile reservations.
+
+    observability_mode: Envoy sends the response headers and every body chunk without
+    waiting for an answer, so a streamed response never waits on Python chunk by chunk
+    (checked on Envoy 1.40: chunks reach the client as they come; the observer's stream
+    closes a moment after the response ends). It reads the admission stage's dynamic
+    metadata (the reservation id), forwarded with every message. failure_mode_allow: an
+    observer that is down must not fail responses already admitted and paid for.
+    """
+    return ext_proc_pb2.ExternalProcessor(
+        grpc_service=grpc_service_pb2.GrpcService(
+            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=wire.EXT_PROC_CLUSTER),
+            initial_metadata=[
+                base_pb2.HeaderValue(key=wire.STAGE_METADATA_KEY, value=wire.STAGE_USAGE)
+            ],
+        ),
+        processing_mode=observer_mode(),
+        observability_mode=True,
+        metadata_options=ext_proc_pb2.MetadataOptions(
+            forwarding_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
+                untyped=[wire.METADATA_NAMESPACE]
+            ),
+        ),
+        message_timeout=duration_ms(limits.ext_proc_message_timeout_ms),
+        failure_mode_allow=True,
+    )
+
+
 def ext_proc_config(
     stage: str,
     limits: LimitsIR,
     request_attributes: Sequence[str] = (),
     metadata_namespaces: Sequence[str] = (),
+    *,
+    longest_queue_wait_ms: int = 0,
 ) -> ext_proc_pb2.ExternalProcessor:
     """An ExternalProcessor for `stage` (wire.STAGE_ROUTING or wire.STAGE_ATTEMPT).
 
@@ -61,8 +108,13 @@ def ext_proc_config(
     because Envoy's 200 ms default is shorter than any queue wait. metadata_namespaces
     are dynamic-metadata namespaces the server may read and write (the attempt stage
     keeps the client's original path there, because retries reuse the rewritten headers).
+    A request may wait in an admission queue before its body is answered, so the message
+    timeout is at least the longest queue wait plus a margin: the queue, not Envoy, decides
+    when a waiting request is shed (with a 503 that says why).
     """
     timeout_ms = limits.ext_proc_message_timeout_ms
+    if longest_queue_wait_ms:
+        timeout_ms = max(timeout_ms, longest_queue_wait_ms + QUEUE_WAIT_MARGIN_MS)
     return ext_proc_pb2.ExternalProcessor(
         grpc_service=grpc_service_pb2.GrpcService(
             envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=wire.EXT_PROC_CLUSTER),

@@ -222,6 +222,21 @@ class LimitsIR:
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionIR:
+    """What the admission work in ext_proc needs from Envoy's side of the config.
+
+    enabled: tenants, rate limits or a concurrency gate exist, so admitted responses carry
+    x-ratelimit-* headers from dynamic metadata. observe_usage: token limits exist, so a
+    response observer reports real usage to reconcile reservations. longest_queue_wait_ms:
+    how long the routing stage may hold a request in a priority queue before answering.
+    """
+
+    enabled: bool = False
+    observe_usage: bool = False
+    longest_queue_wait_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayIR:
     """Everything the Envoy resources are made from. Listeners and providers are sorted by
     name; routes keep config order because the first matching route wins."""
@@ -230,6 +245,7 @@ class GatewayIR:
     providers: tuple[ProviderIR, ...]
     routes: tuple[RouteIR, ...]
     limits: LimitsIR
+    admission: AdmissionIR = AdmissionIR()
 
     @property
     def path_prefixes(self) -> tuple[str, ...]:
@@ -270,6 +286,28 @@ def build_ir(config: Config, api_keys: Mapping[str, str | None]) -> GatewayIR:
             max_request_body_bytes=config.limits.max_request_body_bytes,
             ext_proc_message_timeout_ms=config.limits.ext_proc_message_timeout_ms,
         ),
+        admission=_admission_ir(config),
+    )
+
+
+def _admission_ir(config: Config) -> AdmissionIR:
+    """Admission is on once any tenant, rate limit or concurrency gate is declared."""
+    limited = [tenant.rate_limits for tenant in config.tenants]
+    limited += [key.rate_limits for tenant in config.tenants for key in tenant.keys]
+    limited += [route.rate_limits for route in config.routes]
+    gated = any(route.concurrency is not None for route in config.routes)
+    token_limits = any(
+        kind != "requests"
+        for limits in limited
+        if limits is not None
+        for kind, _limit, _window in limits.limits()
+    )
+    enabled = bool(config.tenants) or gated or any(limits is not None for limits in limited)
+    waits = [klass.max_wait for klass in config.admission.priority_classes] if gated else []
+    return AdmissionIR(
+        enabled=enabled,
+        observe_usage=token_limits,
+        longest_queue_wait_ms=max(waits, default=0),
     )
 
 

@@ -1,9 +1,11 @@
 """Listeners: one per config listener, each an HTTP connection manager fed routes over RDS.
 
-Filter chain: ext_proc (routing stage) → router. The routing stage reads the buffered
-body, sets the model header and clears the route cache, so the request re-matches a
-per-model route (routes.py). Because the body is buffered by ext_proc, the listener's
-per-connection buffer limit is the request body limit: above it Envoy answers 413.
+Filter chain: ext_proc (routing stage: admission and model routing) → ext_proc usage
+observer (only with token limits; observability mode, never waited on) → fault → router.
+The routing stage reads the buffered body, sets the model header and clears the route
+cache, so the request re-matches a per-model route (routes.py). Because the body is
+buffered by ext_proc, the listener's per-connection buffer limit is the request body
+limit: above it Envoy answers 413.
 
 `local_reply_config` makes every reply Envoy makes itself (404 catch-all, 413, 503, 504,
 ext_proc failure 500) an OpenAI error object. Local replies that are *already* JSON
@@ -40,16 +42,18 @@ from google.protobuf import wrappers_pb2
 
 from sluicegate import wire
 
-from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
+from ._ext_proc import EXT_PROC_FILTER, ext_proc_config, usage_observer_config
 from ._proto import duration_s, pack, struct
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
-from .ir import GatewayIR, LimitsIR, ListenerIR
+from .ir import AdmissionIR, GatewayIR, LimitsIR, ListenerIR
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 ENVOY_HEADER_PREFIX = "x-envoy-"
 ROUTER_FILTER = "envoy.filters.http.router"
+# A second ext_proc instance needs its own filter name (the extension is chosen by type).
+USAGE_FILTER = "sluicegate.usage_observer"
 STREAM_IDLE_TIMEOUT_S = 300
 
 # The first local-reply mapper: replies that already carry a JSON body are left alone.
@@ -62,10 +66,12 @@ _JSON = "application/json"
 
 def build_listeners(ir: GatewayIR) -> list[listener_pb2.Listener]:
     """One Listener per config listener, sorted by name."""
-    return [_listener(listener, ir.limits) for listener in ir.listeners]
+    return [_listener(listener, ir.limits, ir.admission) for listener in ir.listeners]
 
 
-def _listener(listener: ListenerIR, limits: LimitsIR) -> listener_pb2.Listener:
+def _listener(
+    listener: ListenerIR, limits: LimitsIR, admission: AdmissionIR
+) -> listener_pb2.Listener:
     return listener_pb2.Listener(
         name=listener.resource_name,
         address=address_pb2.Address(
@@ -81,7 +87,7 @@ def _listener(listener: ListenerIR, limits: LimitsIR) -> listener_pb2.Listener:
                 filters=[
                     listener_components_pb2.Filter(
                         name=HCM_FILTER,
-                        typed_config=pack(_http_connection_manager(listener, limits)),
+                        typed_config=pack(_http_connection_manager(listener, limits, admission)),
                     )
                 ]
             )
@@ -89,8 +95,29 @@ def _listener(listener: ListenerIR, limits: LimitsIR) -> listener_pb2.Listener:
     )
 
 
+def _http_filters(limits: LimitsIR, admission: AdmissionIR) -> list[hcm_pb2.HttpFilter]:
+    """ext_proc routing (admission) → [usage observer] → fault → router."""
+    # With admission the routing stage writes dynamic metadata (the reservation and the
+    # x-ratelimit-* values); Envoy drops what a filter may not write into a namespace.
+    routing = ext_proc_config(
+        wire.STAGE_ROUTING,
+        limits,
+        metadata_namespaces=(wire.METADATA_NAMESPACE,) if admission.enabled else (),
+        longest_queue_wait_ms=admission.longest_queue_wait_ms,
+    )
+    filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
+    if admission.observe_usage:
+        filters.append(
+            hcm_pb2.HttpFilter(name=USAGE_FILTER, typed_config=pack(usage_observer_config(limits)))
+        )
+    # After ext_proc: a drill applies to the route the model header selected.
+    filters.append(fault_http_filter())
+    filters.append(hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=pack(router_pb2.Router())))
+    return filters
+
+
 def _http_connection_manager(
-    listener: ListenerIR, limits: LimitsIR
+    listener: ListenerIR, limits: LimitsIR, admission: AdmissionIR
 ) -> hcm_pb2.HttpConnectionManager:
     return hcm_pb2.HttpConnectionManager(
         stat_prefix=listener.name,
@@ -112,15 +139,7 @@ def _http_connection_manager(
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
         early_header_mutation_extensions=[_strip_internal_headers()],
-        http_filters=[
-            hcm_pb2.HttpFilter(
-                name=EXT_PROC_FILTER,
-                typed_config=pack(ext_proc_config(wire.STAGE_ROUTING, limits)),
-            ),
-            # After ext_proc: a drill applies to the route the model header selected.
-            fault_http_filter(),
-            hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=pack(router_pb2.Router())),
-        ],
+        http_filters=_http_filters(limits, admission),
         local_reply_config=local_reply_config(limits),
     )
 

@@ -51,7 +51,12 @@ _EXT_PROC_DISABLED = pack(ext_proc_pb2.ExtProcPerRoute(disabled=True))
 def build_route_configurations(ir: GatewayIR) -> list[route_pb2.RouteConfiguration]:
     """The same routes for every listener, under each listener's RDS name."""
     routes = _routes(ir)
-    virtual_host = rc.VirtualHost(name=VIRTUAL_HOST, domains=["*"], routes=routes)
+    virtual_host = rc.VirtualHost(
+        name=VIRTUAL_HOST,
+        domains=["*"],
+        routes=routes,
+        response_headers_to_add=ratelimit_response_headers() if ir.admission.enabled else [],
+    )
     return [
         route_pb2.RouteConfiguration(
             name=listener.route_config_name,
@@ -59,6 +64,23 @@ def build_route_configurations(ir: GatewayIR) -> list[route_pb2.RouteConfigurati
             max_direct_response_body_size_bytes=_largest_direct_body(routes),
         )
         for listener in ir.listeners
+    ]
+
+
+def ratelimit_response_headers() -> list[base_pb2.HeaderValueOption]:
+    """OpenAI's x-ratelimit-* headers on admitted responses, from the dynamic metadata the
+    admission stage set: no response-phase round trip to Python. A request that no limit
+    applied to has no such metadata, the value formats empty, and Envoy then adds nothing
+    (keep_empty_value is false), so a provider's own headers pass through. When the gateway
+    has limits its values replace the provider's: the client's quota is the gateway's."""
+    return [
+        base_pb2.HeaderValueOption(
+            header=base_pb2.HeaderValue(
+                key=header, value=f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE}:{key})%"
+            ),
+            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+        )
+        for header, key in wire.RATELIMIT_HEADERS
     ]
 
 

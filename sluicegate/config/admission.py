@@ -1,0 +1,213 @@
+"""Who may call, how much, and how urgently: tenants, client keys, limits, priority.
+
+The shape of DESIGN.md's "Token-aware admission":
+
+- `tenants:` lists who may call. Each tenant has client keys (stored as salted
+  hashes, keyhash.py), optional rate limits of its own and per key, the models it
+  may use, and the highest priority class it may ask for.
+- `admission:` holds what is shared: the priority classes (highest first), token
+  estimates, and where the limiters keep their counters (memory or Redis).
+- A route may add per-model rate limits, its own token estimate, and a
+  `concurrency` gate whose queue is ordered by priority class.
+
+Rules spanning sections (declared classes, served models, unique keys) live in
+validate.py. This module imports nothing from schema.py because schema.py imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .keyhash import parse_key_hash
+from .resilience import Duration
+
+# A DNS-label-like identifier (listeners, providers, routes, tenants, keys, classes).
+# It is defined here, not in schema.py, because schema.py imports this module.
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+
+LimitKind = Literal["requests", "tokens", "input_tokens", "output_tokens"]
+LIMIT_KINDS: tuple[LimitKind, ...] = ("requests", "tokens", "input_tokens", "output_tokens")
+_MAX_LIMIT = 1_000_000_000_000  # counters stay exact in Redis Lua (doubles)
+_MAX_TOKENS = 100_000_000
+
+
+class _Section(BaseModel):
+    """Unknown keys are errors, values are not coerced across types (as in schema.Strict)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Limit(NamedTuple):
+    """One limit that is set: at most `limit` of `kind` per `window_ms`."""
+
+    kind: LimitKind
+    limit: int
+    window_ms: int
+
+
+class RateLimits(_Section):
+    """Limits over one window; a field left out (or null) is not limited."""
+
+    # Requests started per window.
+    requests: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    # Input plus output tokens per window (reserved up front, reconciled at the end).
+    tokens: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    # Prompt tokens per window.
+    input_tokens: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    # Completion tokens per window.
+    output_tokens: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    # The window every limit above is counted over.
+    per: Duration = Field(default=60_000, ge=1)
+
+    def limits(self) -> list[Limit]:
+        """The limits that are set, in LIMIT_KINDS order (empty: nothing is limited)."""
+        return [
+            Limit(kind, value, self.per)
+            for kind in LIMIT_KINDS
+            if (value := getattr(self, kind)) is not None
+        ]
+
+
+class PriorityClass(_Section):
+    """One priority class with its own bounded queue."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    # Requests of this class that may wait at one gate; more are shed with a 429/503.
+    max_queue: int = Field(ge=0, le=1_000_000)
+    # Longest wait in the queue before the request is shed.
+    max_wait: Duration = Field(ge=0)
+
+
+def _default_classes() -> list[PriorityClass]:
+    # Written as in YAML: a Duration field reads "10s", and would refuse a bare 10000.
+    return [
+        PriorityClass.model_validate({"name": "interactive", "max_queue": 64, "max_wait": "10s"}),
+        PriorityClass.model_validate({"name": "standard", "max_queue": 128, "max_wait": "30s"}),
+        PriorityClass.model_validate({"name": "batch", "max_queue": 256, "max_wait": "60s"}),
+    ]
+
+
+StoreKind = Literal["memory", "redis"]
+OnFailure = Literal["fail_open", "fail_closed", "local"]
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+class LimiterStoreConfig(_Section):
+    """Where rate-limit counters live: this process's memory, or Redis shared by replicas."""
+
+    kind: StoreKind = "memory"
+    # redis://host:port/db, rediss:// (TLS) or unix:///path; only with kind: redis.
+    url: str | None = None
+    # Prefix of every Redis key, used as the Cluster hash tag `{prefix}` so one Lua
+    # script can touch all of a request's counters (one slot).
+    key_prefix: str = Field(default="sluicegate", pattern=r"^[A-Za-z0-9._:-]{1,64}$")
+    # Per Redis call; past it the call counts as a Redis failure.
+    timeout: Duration = Field(default=100, ge=1)
+    # When Redis fails: admit everything, refuse everything (503), or limit locally.
+    on_failure: OnFailure = "local"
+    # ext_proc replicas sharing this Redis; the local fallback enforces limit / replicas.
+    replicas: int = Field(default=1, ge=1, le=10_000)
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        # Never echo the URL: it may carry a password.
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in REDIS_SCHEMES:
+            raise ValueError("url must start with redis://, rediss:// or unix://")
+        if parts.scheme == "unix":
+            if not parts.path:
+                raise ValueError("a unix:// url needs a socket path, e.g. unix:///run/redis.sock")
+        elif not parts.hostname:
+            raise ValueError("url has no host, e.g. redis://127.0.0.1:6379/0")
+        try:
+            _ = parts.port
+        except ValueError:
+            raise ValueError("url has a bad port") from None
+        return value
+
+
+class Admission(_Section):
+    """The top-level `admission:` section: priority classes, token estimates, limiter store."""
+
+    # Highest first: a queue serves a class only when every higher class's queue is empty.
+    priority_classes: list[PriorityClass] = Field(
+        default_factory=_default_classes, min_length=1, max_length=16
+    )
+    # The class of a tenant that names none.
+    default_priority: str = "standard"
+    # Bound over all classes' queues of one gate; null: only the per-class bounds.
+    max_queued: int | None = Field(default=None, ge=1, le=10_000_000)
+    # Output-token estimate for a request without max_tokens (reserved, then reconciled).
+    default_max_tokens: int = Field(default=1024, ge=1, le=_MAX_TOKENS)
+    # A request asking for more output tokens than this is refused with a 400.
+    max_output_tokens: int = Field(default=1_000_000, ge=1, le=_MAX_TOKENS)
+    store: LimiterStoreConfig = Field(default_factory=LimiterStoreConfig)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Names of the priority classes, highest first."""
+        return tuple(item.name for item in self.priority_classes)
+
+    def priority_of(self, tenant: Tenant) -> str:
+        """The class a tenant's requests get unless they ask for a lower one."""
+        return tenant.priority or self.default_priority
+
+
+class ClientKey(_Section):
+    """One API key of a tenant, stored only as its hash."""
+
+    # Shown in metrics and logs instead of the key; unique across all tenants.
+    name: str = Field(pattern=NAME_PATTERN)
+    # `sha256:<salt hex>:<digest hex>`, printed by `sluicegate hash-key`.
+    hash: str
+    # Limits for this key alone, on top of its tenant's.
+    rate_limits: RateLimits | None = None
+
+    @field_validator("hash")
+    @classmethod
+    def _hash_form(cls, value: str) -> str:
+        parse_key_hash(value)  # raises ValueError with the reason, never echoing the value
+        return value
+
+
+class Tenant(_Section):
+    """A team or application: its keys, limits, models and priority."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    # Highest class the tenant may use, and its default; null: admission.default_priority.
+    priority: str | None = None
+    # Models it may call; null: every model a route serves.
+    models: list[str] | None = Field(default=None, min_length=1)
+    # Limits over all of the tenant's keys together.
+    rate_limits: RateLimits | None = None
+    keys: list[ClientKey] = Field(default_factory=list)
+
+    @field_validator("models")
+    @classmethod
+    def _non_empty_models(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(not model.strip() for model in value):
+            raise ValueError("model names must not be empty")
+        return value
+
+
+class Concurrency(_Section):
+    """A route's in-flight gate; requests beyond it wait in the priority queues."""
+
+    # Requests in flight at once.
+    max_requests: int | None = Field(default=None, ge=1, le=1_000_000)
+    # Estimated tokens (prompt + max_tokens) in flight at once.
+    max_tokens: int | None = Field(default=None, ge=1, le=_MAX_LIMIT)
+    # Share of the gate that only the top priority class may use, kept free for it.
+    headroom: float = Field(default=0.25, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> Concurrency:
+        if self.max_requests is None and self.max_tokens is None:
+            raise ValueError("give max_requests, max_tokens or both")
+        return self

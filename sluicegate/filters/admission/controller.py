@@ -1,0 +1,106 @@
+"""The long-lived admission state of one ext_proc server: policy, store, gates, metrics.
+
+Swapped piecewise on reload: a new policy replaces the old reference at once; gates of
+routes that stay keep their waiters and slots (their capacities change in place); the
+limiter store is replaced only when its settings change, and the old one is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from ..limiter import FailoverStore, LimiterStore, MemoryStore, RedisStore
+from ..queueing import PriorityGate
+from .metrics import AdmissionMetrics, StoreMetrics
+from .policy import AdmissionPolicy, StoreSettings
+
+log = logging.getLogger("sluicegate.admission")
+
+
+def make_store(settings: StoreSettings, metrics: AdmissionMetrics) -> LimiterStore:
+    """The store the settings name: in-process memory, or Redis behind a failover policy."""
+    if settings.kind != "redis" or settings.url is None:
+        return MemoryStore()
+    observer = StoreMetrics(metrics)
+    redis = RedisStore(
+        settings.url,
+        key_prefix=settings.key_prefix,
+        timeout_s=settings.timeout_s,
+        observer=observer,
+    )
+    return FailoverStore(
+        redis,
+        on_failure=settings.on_failure,
+        replicas=settings.replicas,
+        observer=observer,
+    )
+
+
+class AdmissionController:
+    __slots__ = ("_background", "_gates", "_store", "_store_settings", "metrics", "policy")
+
+    def __init__(
+        self, policy: AdmissionPolicy | None = None, metrics: AdmissionMetrics | None = None
+    ) -> None:
+        self.metrics = metrics if metrics is not None else AdmissionMetrics()
+        self.policy = AdmissionPolicy()
+        self._gates: dict[str, PriorityGate] = {}
+        self._store: LimiterStore | None = None
+        self._store_settings: StoreSettings | None = None
+        self._background: set[asyncio.Task[object]] = set()
+        self.metrics.watch_gates(lambda: self._gates)
+        if policy is not None:
+            self.update(policy)
+
+    @property
+    def gates(self) -> Mapping[str, PriorityGate]:
+        return self._gates
+
+    def store(self) -> LimiterStore:
+        """The store, made on first use (a Redis client needs the running event loop)."""
+        if self._store is None:
+            self._store_settings = self.policy.store
+            self._store = make_store(self.policy.store, self.metrics)
+        return self._store
+
+    def update(self, policy: AdmissionPolicy) -> None:
+        """Adopt a reloaded policy (see the module docstring)."""
+        gates: dict[str, PriorityGate] = {}
+        for name, route in policy.routes.items():
+            if route.gate is None:
+                continue
+            gate = self._gates.get(name)
+            if gate is None:
+                gate = PriorityGate(name, route.gate)
+            else:
+                gate.update_policy(route.gate)
+            gates[name] = gate
+        # Gates of removed routes: their holders release into a gate nobody consults.
+        self._gates = gates
+        if self._store is not None and policy.store != self._store_settings:
+            old, self._store = self._store, None
+            self.spawn(old.close())
+            log.info("limiter store settings changed; a new store takes over")
+        self.policy = policy
+
+    def spawn(self, coroutine: Coroutine[Any, Any, object]) -> None:
+        """Run a coroutine in the background, keeping a reference until it ends (a
+        refund after a cancelled request, a reconcile): nothing waits on it."""
+        task: asyncio.Task[object] = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[object]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("admission background task failed", exc_info=task.exception())
+
+    async def close(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if self._store is not None:
+            await self._store.close()
+            self._store = None

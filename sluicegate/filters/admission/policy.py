@@ -1,0 +1,176 @@
+"""The admission policy: the config's tenants, limits and gates, resolved for the filter.
+
+Built once per config load (pure, from a validated Config) and swapped whole on reload,
+like the routing table: a request reads one consistent policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from sluicegate.config import Config, RateLimits
+
+from ..limiter import Limit, OnFailure
+from ..queueing import ClassPolicy, GatePolicy
+from .keyring import ClientIdentity, KeyRing
+
+# Scopes of the limits the filter reserves on (they appear in messages and store keys).
+SCOPE_TENANT: Final = "tenant"
+SCOPE_KEY: Final = "key"
+SCOPE_MODEL: Final = "model"
+# A class with max_wait 0 never queues; the gate still needs a positive wait.
+_NO_WAIT_S: Final = 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPolicy:
+    name: str
+    priority: str
+    allowed_models: frozenset[str] | None  # None: every served model
+    limits: tuple[Limit, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePolicy:
+    name: str
+    default_max_tokens: int
+    gate: GatePolicy | None
+    model_limits: Mapping[str, tuple[Limit, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    kind: str = "memory"
+    url: str | None = None
+    key_prefix: str = "sluicegate"
+    timeout_s: float = 0.1
+    on_failure: OnFailure = "local"
+    replicas: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionPolicy:
+    """Everything the admission stage decides with. `keyring` None: no tenants are
+    declared, the gateway is open (no key checked, none removed)."""
+
+    keyring: KeyRing | None = None
+    tenants: Mapping[str, TenantPolicy] = field(default_factory=dict)
+    key_limits: Mapping[str, tuple[Limit, ...]] = field(default_factory=dict)
+    classes: tuple[str, ...] = ("interactive", "standard", "batch")
+    default_priority: str = "standard"
+    routes: Mapping[str, RoutePolicy] = field(default_factory=dict)
+    default_max_tokens: int = 1024
+    max_output_tokens: int = 1_000_000
+    store: StoreSettings = StoreSettings()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any request needs more than model routing."""
+        return self.keyring is not None or any(
+            route.gate is not None or route.model_limits for route in self.routes.values()
+        )
+
+    def limits_for(
+        self, identity: ClientIdentity | None, route: str, model: str
+    ) -> tuple[Limit, ...]:
+        """Every limit a request reserves on: its tenant's, its key's, its model's."""
+        found: tuple[Limit, ...] = ()
+        if identity is not None:
+            tenant = self.tenants.get(identity.tenant)
+            if tenant is not None:
+                found += tenant.limits
+            found += self.key_limits.get(identity.key, ())
+        route_policy = self.routes.get(route)
+        if route_policy is not None:
+            found += route_policy.model_limits.get(model, ())
+        return found
+
+    def class_rank(self, name: str) -> int | None:
+        """0 for the top class; None for an undeclared one."""
+        try:
+            return self.classes.index(name)
+        except ValueError:
+            return None
+
+
+def _limits(scope: str, name: str, rate_limits: RateLimits | None) -> tuple[Limit, ...]:
+    if rate_limits is None:
+        return ()
+    return tuple(
+        Limit(scope, name, item.kind, item.limit, item.window_ms / 1000)
+        for item in rate_limits.limits()
+    )
+
+
+def admission_policy(config: Config) -> AdmissionPolicy:
+    """Resolve the admission parts of a validated config."""
+    admission = config.admission
+    class_policies = tuple(
+        ClassPolicy(
+            name=item.name,
+            max_queue=item.max_queue if item.max_wait > 0 else 0,
+            max_wait_s=item.max_wait / 1000 if item.max_wait > 0 else _NO_WAIT_S,
+        )
+        for item in admission.priority_classes
+    )
+    tenants = {
+        tenant.name: TenantPolicy(
+            name=tenant.name,
+            priority=admission.priority_of(tenant),
+            allowed_models=None if tenant.models is None else frozenset(tenant.models),
+            limits=_limits(SCOPE_TENANT, tenant.name, tenant.rate_limits),
+        )
+        for tenant in config.tenants
+    }
+    key_limits = {
+        key.name: _limits(SCOPE_KEY, key.name, key.rate_limits)
+        for tenant in config.tenants
+        for key in tenant.keys
+        if key.rate_limits is not None
+    }
+    routes = {}
+    for route in config.routes:
+        gate = None
+        if route.concurrency is not None:
+            gate = GatePolicy(
+                classes=class_policies,
+                max_requests=route.concurrency.max_requests,
+                max_tokens=route.concurrency.max_tokens,
+                headroom=route.concurrency.headroom,
+                max_queued=admission.max_queued,
+            )
+        routes[route.name] = RoutePolicy(
+            name=route.name,
+            default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
+            gate=gate,
+            model_limits={
+                model: _limits(SCOPE_MODEL, model, route.rate_limits)
+                for model in route.models
+                if route.rate_limits is not None
+            },
+        )
+    store = admission.store
+    return AdmissionPolicy(
+        keyring=KeyRing(
+            (tenant.name, key.name, key.hash) for tenant in config.tenants for key in tenant.keys
+        )
+        if config.tenants
+        else None,
+        tenants=tenants,
+        key_limits=key_limits,
+        classes=admission.class_names,
+        default_priority=admission.default_priority,
+        routes=routes,
+        default_max_tokens=admission.default_max_tokens,
+        max_output_tokens=admission.max_output_tokens,
+        store=StoreSettings(
+            kind=store.kind,
+            url=store.url,
+            key_prefix=store.key_prefix,
+            timeout_s=store.timeout / 1000,
+            on_failure=store.on_failure,
+            replicas=store.replicas,
+        ),
+    )

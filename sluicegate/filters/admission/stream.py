@@ -1,0 +1,265 @@
+"""The routing stage with admission: one instance per request (one ext_proc stream).
+
+Envoy keeps the stream open until the HTTP request ends, the response finished or the
+client gone (checked on Envoy 1.40), so the end of this stream is exactly when a gate
+slot must be released: `close()` runs then, whatever happened.
+
+On the request headers: the client key is checked (401) and removed, so it never reaches
+a provider. On the buffered body, in this order: the body is read (400), the model routed
+(404) and checked against the tenant's models (403); tokens are estimated and reserved on
+every applicable limit at once (429, or 503 when the store is down and set to fail
+closed); the request then waits for a slot at its route's gate in its priority class
+(503 when shed; the reservation is refunded). The answer routes the request and leaves
+dynamic metadata: the reservation for the usage observer, the x-ratelimit-* values for
+the route's response headers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any, Final
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+
+from sluicegate import wire
+
+from .. import counters as outcome
+from .. import errors
+from ..counters import Counters
+from ..estimate import estimate_output_tokens
+from ..headers import header_text
+from ..jsonbody import BodyError
+from ..limiter import Decision, Usage
+from ..queueing import Shed, Slot
+from ..request_facts import inspect_request
+from ..responses import (
+    CONTINUE_REQUEST_HEADERS,
+    PASS_THROUGH,
+    common,
+    namespace_struct,
+    request_headers_answer,
+)
+from ..routing import BODILESS_ANSWER
+from ..routing import on_message as route_only
+from ..table import RoutingTable
+from . import answers
+from .controller import AdmissionController
+from .keyring import ClientIdentity, presented_key
+from .policy import AdmissionPolicy, TenantPolicy
+
+STAGE: Final = wire.STAGE_ROUTING
+NO_CLASS: Final = "none"  # priority label before a class is known
+
+
+def _without_client_key() -> bytes:
+    response = common()
+    response.header_mutation.remove_headers.extend(wire.CLIENT_KEY_HEADERS)
+    return request_headers_answer(response)
+
+
+KEY_REMOVED: Final = _without_client_key()
+
+# Reservation ids: unique across replicas (random per process) and cheap per request.
+_PROCESS_TOKEN: Final = os.urandom(6).hex()
+_SEQUENCE = itertools.count(1)
+
+
+def new_reservation_id() -> str:
+    return f"{_PROCESS_TOKEN}-{next(_SEQUENCE)}"
+
+
+def _metadata_answer(values: dict[str, str]) -> bytes:
+    message = ep.ProcessingResponse(
+        dynamic_metadata=namespace_struct(wire.METADATA_NAMESPACE, values)
+    )
+    result: bytes = message.SerializeToString()
+    return result
+
+
+class AdmissionStream:
+    """State of one request at the routing stage (see the module docstring)."""
+
+    __slots__ = (
+        "_controller",
+        "_counters",
+        "_identity",
+        "_policy",
+        "_priority_header",
+        "_reservation",
+        "_routed",
+        "_slot",
+        "_table",
+    )
+
+    def __init__(
+        self, controller: AdmissionController, table: RoutingTable, counters: Counters
+    ) -> None:
+        self._controller = controller
+        self._policy: AdmissionPolicy = controller.policy
+        self._table = table
+        self._counters = counters
+        self._identity: ClientIdentity | None = None
+        self._priority_header: str | None = None
+        self._reservation: str | None = None
+        self._routed = False
+        self._slot: Slot | None = None
+
+    async def on_message(self, request: Any) -> bytes:
+        policy = self._policy
+        if not policy.enabled:
+            return route_only(request, self._table, self._counters)
+        kind = request.WhichOneof("request")
+        if kind == "request_headers":
+            return self._on_headers(request.request_headers)
+        if kind == "request_body":
+            return await self._on_body(request.request_body.body)
+        return PASS_THROUGH.get(kind or "", CONTINUE_REQUEST_HEADERS)
+
+    def close(self) -> None:
+        """The request is over: free the slot; refund a reservation never sent upstream
+        (the observer reconciles those that were)."""
+        if self._slot is not None:
+            self._slot.release()
+            self._slot = None
+        if self._reservation is not None and not self._routed:
+            rid, self._reservation = self._reservation, None
+            self._controller.spawn(self._controller.store().reconcile(rid, Usage(0, 0)))
+
+    # ----- request headers ---------------------------------------------------------------
+
+    def _on_headers(self, message: Any) -> bytes:
+        if message.end_of_stream:
+            # No body, no model: only routes without a provider can match (404, listings).
+            self._counters.inc(STAGE, outcome.NO_BODY)
+            return BODILESS_ANSWER
+        headers = {h.key: header_text(h) for h in message.headers.headers}
+        self._priority_header = headers.get(wire.PRIORITY_HEADER)
+        keyring = self._policy.keyring
+        if keyring is None:
+            return CONTINUE_REQUEST_HEADERS
+        key = presented_key(headers)
+        if key is None:
+            return self._refuse("unauthenticated", NO_CLASS, answers.MISSING_KEY)
+        identity = keyring.identify(key)
+        if identity is None:
+            return self._refuse("unauthenticated", NO_CLASS, answers.INVALID_KEY)
+        self._identity = identity
+        return KEY_REMOVED
+
+    # ----- request body ------------------------------------------------------------------
+
+    async def _on_body(self, body: bytes) -> bytes:
+        policy = self._policy
+        try:
+            facts = inspect_request(body, max_output_tokens=policy.max_output_tokens)
+        except BodyError as exc:
+            self._counters.inc(STAGE, outcome.BAD_REQUEST)
+            return self._refuse("bad_request", NO_CLASS, errors.BODY_PROBLEMS[exc.problem])
+        info = self._table.get(facts.model)
+        routed = self._table.routed_answer(facts.model)
+        if info is None or routed is None:
+            self._counters.inc(STAGE, outcome.MODEL_NOT_FOUND)
+            return self._refuse("model_not_found", NO_CLASS, errors.model_not_found(facts.model))
+        tenant = self._tenant()
+        models = None if tenant is None else tenant.allowed_models
+        if tenant is not None and models is not None and facts.model not in models:
+            return self._refuse(
+                "model_not_allowed",
+                tenant.priority,
+                answers.model_forbidden(tenant.name, facts.model),
+            )
+        priority = self._priority(tenant)
+        if priority is None:
+            classes = self._allowed_classes(tenant)
+            return self._refuse(
+                "bad_request", NO_CLASS, answers.bad_priority(self._priority_header or "", classes)
+            )
+        route = policy.routes.get(info.route)
+        limits = policy.limits_for(self._identity, info.route, facts.model)
+        gate = self._controller.gates.get(info.route)
+        self._counters.inc(STAGE, outcome.ROUTED)
+        if not limits and gate is None and self._identity is None:
+            self._routed = True
+            return routed
+        default_max = route.default_max_tokens if route is not None else policy.default_max_tokens
+        estimate = Usage(
+            facts.prompt_tokens, estimate_output_tokens(facts.max_tokens, facts.n, default_max)
+        )
+        decision: Decision | None = None
+        if limits:
+            rid = new_reservation_id()
+            decision = await self._controller.store().reserve(rid, limits, estimate)
+            if not decision.admitted:
+                outcome_name = (
+                    "store_unavailable"
+                    if decision.refused_by is None
+                    else "too_large"
+                    if decision.too_large
+                    else "rate_limited"
+                )
+                return self._refuse(outcome_name, priority, answers.refused(decision))
+            self._reservation = rid
+            self._controller.metrics.tokens_reserved.labels(self._tenant_label(), facts.model).inc(
+                estimate.input_tokens + estimate.output_tokens
+            )
+        if gate is not None:
+            try:
+                self._slot = await gate.acquire(
+                    priority, estimate.input_tokens + estimate.output_tokens
+                )
+            except Shed as shed:
+                self._controller.metrics.queue_time.labels(priority, "shed").observe(shed.queued_s)
+                self.close()  # refunds the reservation
+                return self._refuse(f"shed_{shed.reason}", priority, answers.shed(shed))
+            self._controller.metrics.queue_time.labels(priority, "admitted").observe(
+                self._slot.queued_s
+            )
+        self._routed = True
+        self._controller.metrics.decisions.labels("admitted", priority).inc()
+        return routed + self._metadata(facts.model, estimate, decision)
+
+    def _metadata(self, model: str, estimate: Usage, decision: Decision | None) -> bytes:
+        values = {
+            wire.META_TENANT: self._tenant_label(),
+            wire.META_MODEL: model,
+        }
+        if self._reservation is not None:
+            values[wire.META_RESERVATION] = self._reservation
+            values[wire.META_ESTIMATE_INPUT] = str(estimate.input_tokens)
+            values[wire.META_ESTIMATE_OUTPUT] = str(estimate.output_tokens)
+        if decision is not None:
+            for suffix, value in answers.ratelimit_values(decision.states):
+                values[f"ratelimit_{suffix.replace('-', '_')}"] = value
+        return _metadata_answer(values)
+
+    # ----- helpers -----------------------------------------------------------------------
+
+    def _refuse(self, outcome_name: str, priority: str, answer: bytes) -> bytes:
+        self._controller.metrics.decisions.labels(outcome_name, priority).inc()
+        return answer
+
+    def _tenant(self) -> TenantPolicy | None:
+        if self._identity is None:
+            return None
+        return self._policy.tenants.get(self._identity.tenant)
+
+    def _tenant_label(self) -> str:
+        return self._identity.tenant if self._identity is not None else "anonymous"
+
+    def _allowed_classes(self, tenant: TenantPolicy | None) -> list[str]:
+        classes = list(self._policy.classes)
+        if tenant is None:
+            return classes
+        rank = self._policy.class_rank(tenant.priority)
+        return classes[rank:] if rank is not None else classes
+
+    def _priority(self, tenant: TenantPolicy | None) -> str | None:
+        """The tenant's class, or a lower one the client asked for; None if it asked for
+        a class that does not exist or is above its tenant's."""
+        default = tenant.priority if tenant is not None else self._policy.default_priority
+        asked = self._priority_header
+        if asked is None or asked == "":
+            return default
+        asked = asked.strip().lower()
+        return asked if asked in self._allowed_classes(tenant) else None

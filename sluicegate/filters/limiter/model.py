@@ -1,0 +1,160 @@
+"""The limiter's vocabulary: limits, usage, decisions, and the store protocol.
+
+Both stores (in-process and Redis) speak these types, so the filter that
+admits requests and writes `x-ratelimit-*` headers never knows which one runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, Protocol, get_args
+
+Kind = Literal["requests", "input_tokens", "output_tokens", "tokens"]
+"""What a limit counts; `tokens` is input + output."""
+
+KINDS: Final[frozenset[str]] = frozenset(get_args(Kind))
+
+StoreMode = Literal["ok", "fail_open", "fail_closed", "local"]
+OnFailure = Literal["fail_open", "fail_closed", "local"]
+
+# A scope ends up inside store keys (`scope:name:kind:window_ms`): it must not
+# contain the separator, and no hash-tag braces (Redis Cluster slots by them).
+_SCOPE_FORBIDDEN: Final = frozenset(":{}")
+
+
+class StoreUnavailable(Exception):
+    """The shared store did not answer (connection refused, timeout, error reply).
+
+    Callers (FailoverStore) catch this one type instead of the client's errors.
+    """
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """At most `limit` units of `kind` in ANY interval of `window_s` seconds."""
+
+    scope: str
+    name: str
+    kind: Kind
+    limit: int
+    window_s: float
+
+    def __post_init__(self) -> None:
+        if not self.scope or _SCOPE_FORBIDDEN & set(self.scope):
+            raise ValueError(f"scope must be non-empty without ':{{}}', got {self.scope!r}")
+        if not self.name:
+            raise ValueError("name must be non-empty")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
+        if not _is_int(self.limit) or self.limit <= 0:
+            raise ValueError(f"limit must be an int > 0, got {self.limit!r}")
+        if not math.isfinite(self.window_s) or self.window_ms < 1:
+            raise ValueError(f"window_s must be at least 0.001, got {self.window_s!r}")
+
+    @property
+    def window_ms(self) -> int:
+        """The window as whole milliseconds: the unit both stores count in."""
+        return round(self.window_s * 1000)
+
+    @property
+    def key(self) -> str:
+        """Stable counter id. The limit value is not part of it, so a config
+        change that raises or lowers a limit keeps the charges already made.
+        Unambiguous even when `name` holds ':' (scope, kind and window have none)."""
+        return f"{self.scope}:{self.name}:{self.kind}:{self.window_ms}"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens of one request: estimated at admission, real after the response."""
+
+    input_tokens: int
+    output_tokens: int
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.input_tokens) or self.input_tokens < 0:
+            raise ValueError(f"input_tokens must be an int >= 0, got {self.input_tokens!r}")
+        if not _is_int(self.output_tokens) or self.output_tokens < 0:
+            raise ValueError(f"output_tokens must be an int >= 0, got {self.output_tokens!r}")
+
+    def amount(self, kind: Kind) -> int:
+        """Units this usage charges on a limit of `kind` (a request is always 1)."""
+        if kind == "requests":
+            return 1
+        if kind == "input_tokens":
+            return self.input_tokens
+        if kind == "output_tokens":
+            return self.output_tokens
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """One limit after a decision; feeds the `x-ratelimit-*` headers."""
+
+    limit: Limit
+    used: int
+    remaining: int
+    reset_s: float  # until the window holds no charge at all (OpenAI's meaning)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to one reserve call.
+
+    `states` has one entry per limit in the order given, except when the store
+    could not count (fail_open, fail_closed): then it is empty, because any
+    number in a header would be made up.
+    """
+
+    admitted: bool
+    reservation_id: str
+    states: tuple[LimitState, ...]
+    refused_by: Limit | None
+    requested: int
+    retry_after_s: float | None
+    too_large: bool
+    store_mode: StoreMode
+
+
+class LimiterStore(Protocol):
+    """Reserve before forwarding a request, reconcile when its usage is known."""
+
+    async def reserve(
+        self, reservation_id: str, limits: Sequence[Limit], estimate: Usage
+    ) -> Decision: ...
+
+    async def reconcile(self, reservation_id: str, actual: Usage) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class StoreObserver(Protocol):
+    """Metrics hooks; `op` is "reserve" or "reconcile", `state` "up" or "down"."""
+
+    def store_latency(self, op: str, seconds: float) -> None: ...
+
+    def store_failure(self, op: str) -> None: ...
+
+    def store_state(self, state: str) -> None: ...
+
+
+def check_request(reservation_id: str, limits: Sequence[Limit]) -> None:
+    """Reject what both stores would otherwise mishandle: an empty id, and two
+    limits sharing one counter (they would charge the same log twice)."""
+    if not isinstance(reservation_id, str) or not reservation_id:
+        raise ValueError("reservation_id must be a non-empty str")
+    keys = [limit.key for limit in limits]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"two limits share one counter key: {keys}")
+
+
+class DuplicateReservation(ValueError):
+    """A reservation id was reused while its record still lives (a caller bug:
+    ids must be unique, e.g. uuid4)."""

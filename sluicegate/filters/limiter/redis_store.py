@@ -1,0 +1,173 @@
+"""Limiter store shared by every sluicegate replica, in Redis.
+
+One Lua script per decision (scripts.py) makes reserve and reconcile atomic
+across replicas. A dead or slow Redis must cost a request milliseconds, not
+seconds: short socket timeouts, no client retries, and one deadline around
+each operation; every failure surfaces as StoreUnavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError
+
+from .decision import make_decision
+from .model import (
+    Decision,
+    DuplicateReservation,
+    Limit,
+    StoreObserver,
+    StoreUnavailable,
+    Usage,
+    check_request,
+)
+from .scripts import RECONCILE, RESERVE, Script
+
+# Status codes in the reserve script's reply.
+_ADMITTED, _REFUSED, _TOO_LARGE, _ID_IN_USE = 1, 0, 2, -1
+
+# Each operation is at most a connect and one or two round trips, each bounded
+# by timeout_s; this deadline catches whatever the socket timeouts do not.
+_DEADLINE_FACTOR = 3
+
+
+class RedisStore:
+    """LimiterStore in Redis (standalone or Cluster: all keys share one slot)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        key_prefix: str = "sluicegate",
+        timeout_s: float = 0.1,
+        observer: StoreObserver | None = None,
+    ) -> None:
+        if not key_prefix or set(key_prefix) & set("{}"):
+            raise ValueError(f"key_prefix must be non-empty without braces: {key_prefix!r}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        self._client: aioredis.Redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_error=[],
+        )
+        self._base = f"sg:{{{key_prefix}}}:"
+        self._deadline_s = timeout_s * _DEADLINE_FACTOR
+        self._observer = observer
+        self._noscript_reloads = 0
+
+    @property
+    def key_base(self) -> str:
+        """`sg:{prefix}:`, the start of every key this store writes."""
+        return self._base
+
+    @property
+    def observer(self) -> StoreObserver | None:
+        """Hears the latency and failure of every Redis call this store makes."""
+        return self._observer
+
+    @property
+    def noscript_reloads(self) -> int:
+        """EVALSHA calls answered NOSCRIPT (Redis restarted or flushed its scripts)."""
+        return self._noscript_reloads
+
+    async def reserve(
+        self, reservation_id: str, limits: Sequence[Limit], estimate: Usage
+    ) -> Decision:
+        check_request(reservation_id, limits)
+        if not limits:
+            return make_decision(reservation_id, (), (), (), (), None, False, None, "ok")
+        amounts = [estimate.amount(limit.kind) for limit in limits]
+        keys: list[str] = []
+        for limit in limits:
+            keys += (f"{self._base}l:{limit.key}", f"{self._base}t:{limit.key}")
+        keys.append(f"{self._base}r:{reservation_id}")
+        record = json.dumps(
+            [
+                [limit.key, limit.kind, limit.window_ms, amount]
+                for limit, amount in zip(limits, amounts, strict=True)
+            ],
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        args: list[str | int] = [reservation_id, record]
+        for limit, amount in zip(limits, amounts, strict=True):
+            args += (amount, limit.limit, limit.window_ms)
+
+        reply = await self._measured("reserve", RESERVE, keys, args)
+        status = int(reply[0])
+        if status == _ID_IN_USE:
+            raise DuplicateReservation(f"reservation id {reservation_id!r} is in use")
+        refused, retry = int(reply[1]), int(reply[2])
+        numbers = [int(value) for value in reply[3:]]
+        return make_decision(
+            reservation_id,
+            limits,
+            amounts,
+            used=numbers[0::2],
+            reset_us=numbers[1::2],
+            refused=None if status == _ADMITTED else refused - 1,
+            too_large=status == _TOO_LARGE,
+            retry_us=retry if status == _REFUSED else None,
+            store_mode="ok",
+        )
+
+    async def reconcile(self, reservation_id: str, actual: Usage) -> bool:
+        check_request(reservation_id, ())
+        reply = await self._measured(
+            "reconcile",
+            RECONCILE,
+            [f"{self._base}r:{reservation_id}"],
+            [reservation_id, self._base, actual.input_tokens, actual.output_tokens],
+        )
+        return int(reply) == 1
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless Redis answers now (FailoverStore's probe)."""
+        try:
+            async with asyncio.timeout(self._deadline_s):
+                await self._client.ping()
+        except (RedisError, OSError) as exc:  # TimeoutError is an OSError
+            raise StoreUnavailable(f"redis ping failed: {_describe(exc)}") from exc
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def _measured(self, op: str, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """Run a script under the deadline; report latency and failure to the observer."""
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self._deadline_s):
+                return await self._run(script, keys, args)
+        except (RedisError, OSError) as exc:
+            if self._observer is not None:
+                self._observer.store_failure(op)
+            raise StoreUnavailable(f"redis {op} failed: {_describe(exc)}") from exc
+        finally:
+            if self._observer is not None:
+                self._observer.store_latency(op, time.perf_counter() - started)
+
+    async def _run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """EVALSHA, and EVAL with the source when Redis lost its script cache
+        (restart, SCRIPT FLUSH, failover to a replica); EVAL caches it again."""
+        try:
+            return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            self._noscript_reloads += 1
+            return await self._client.eval(script.source, len(keys), *keys, *args)
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message`; a bare deadline (asyncio's TimeoutError) has no message."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,417 @@
+"""Admission end to end: `sluicegate up` with a real Envoy, the real ext_proc filter and
+a mock provider. Keys and tenants, token reservations and their reconcile, rate-limit
+headers, priority gates and slot release, and bad input, as a client sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from openai import OpenAI
+
+from sluicegate.config import hash_key
+from tests.e2e.stack import Stack, running_stack
+from tests.ports import free_ports
+
+pytestmark = pytest.mark.e2e
+
+KEYS = {
+    "team": "sk-test-team-0123456789abcdef",
+    "narrow": "sk-test-narrow-0123456789abcdef",
+    "tight": "sk-test-tight-0123456789abcdef",
+    "batchy": "sk-test-batchy-0123456789abcdef",
+}
+HELLO: Any = [{"role": "user", "content": "hello"}]
+TIGHT_TOKENS = 400  # tenant "tight": tokens per TIGHT_WINDOW
+TIGHT_WINDOW = "4s"
+
+
+def document(tmp: Path) -> dict[str, Any]:
+    xds, ext_proc, http, admin, listen, alpha, keyless = free_ports(7)
+    return {
+        "version": 1,
+        "sluicegate": {
+            "xds": f"127.0.0.1:{xds}",
+            "ext_proc": f"127.0.0.1:{ext_proc}",
+            "http": f"127.0.0.1:{http}",
+            "envoy_admin": f"127.0.0.1:{admin}",
+        },
+        "admission": {
+            "priority_classes": [
+                {"name": "interactive", "max_queue": 16, "max_wait": "5s"},
+                {"name": "batch", "max_queue": 1, "max_wait": "300ms"},
+            ],
+            "default_priority": "interactive",
+            "default_max_tokens": 64,
+        },
+        "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen}],
+        "providers": [
+            {
+                "name": "alpha",
+                "base_url": f"http://127.0.0.1:{alpha}/v1",
+                "mock": {"models": [], "ttft_ms": 20, "itl_ms": 5, "output_tokens": 8},
+            },
+            {
+                "name": "keyless",
+                "base_url": f"http://127.0.0.1:{keyless}/v1",
+                "mock": {"models": [], "ttft_ms": 5, "itl_ms": 1, "output_tokens": 4},
+            },
+        ],
+        "routes": [
+            {"name": "chat", "models": ["chat"], "backends": [{"provider": "alpha"}]},
+            {"name": "plain", "models": ["plain"], "backends": [{"provider": "keyless"}]},
+            {
+                "name": "gated",
+                "models": ["gated"],
+                "backends": [{"provider": "alpha"}],
+                "concurrency": {"max_requests": 2, "headroom": 0.5},
+            },
+        ],
+        "tenants": [
+            {
+                "name": "team",
+                "priority": "interactive",
+                "rate_limits": {"requests": 10_000, "tokens": 10_000_000, "per": "1m"},
+                "keys": [{"name": "team-key", "hash": hash_key(KEYS["team"])}],
+            },
+            {
+                "name": "narrow",
+                "models": ["plain"],
+                "keys": [{"name": "narrow-key", "hash": hash_key(KEYS["narrow"])}],
+            },
+            {
+                "name": "tight",
+                "rate_limits": {"tokens": TIGHT_TOKENS, "per": TIGHT_WINDOW},
+                "keys": [{"name": "tight-key", "hash": hash_key(KEYS["tight"])}],
+            },
+            {
+                "name": "batchy",
+                "priority": "batch",
+                "keys": [{"name": "batchy-key", "hash": hash_key(KEYS["batchy"])}],
+            },
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("admission")
+    with running_stack(tmp, document(tmp)) as running:
+        yield running
+
+
+def client(stack: Stack, tenant: str = "team") -> OpenAI:
+    return OpenAI(base_url=stack.gateway + "/v1", api_key=KEYS[tenant], max_retries=0, timeout=20)
+
+
+def post(
+    stack: Stack,
+    body: dict[str, Any] | bytes,
+    key: str | None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    all_headers = {"content-type": "application/json", **(headers or {})}
+    if key is not None:
+        all_headers["authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(
+        stack.gateway + "/v1/chat/completions", data=data, method="POST", headers=all_headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return (
+                response.status,
+                json.load(response),
+                {k.lower(): v for k, v in response.headers.items()},
+            )
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), {k.lower(): v for k, v in err.headers.items()}
+
+
+def metrics(stack: Stack) -> str:
+    url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text: str = response.read().decode()
+        return text
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample (labels must match exactly those given, in any order)."""
+    for line in text.splitlines():
+        match = re.match(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$", line)
+        if not match or match.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+        if found == labels:
+            return float(match.group(3))
+    raise AssertionError(f"no sample {name}{labels}")
+
+
+def mock_stats(stack: Stack, provider: str) -> dict[str, Any]:
+    base = next(p["base_url"] for p in stack.doc["providers"] if p["name"] == provider)
+    with urllib.request.urlopen(base.rsplit("/v1", 1)[0] + "/mock/stats", timeout=5) as response:
+        result: dict[str, Any] = json.load(response)
+        return result
+
+
+# ----- keys and tenants ----------------------------------------------------------------
+
+
+def test_missing_and_wrong_keys_get_401_in_openai_format(stack: Stack) -> None:
+    status, body, headers = post(stack, {"model": "chat", "messages": HELLO}, key=None)
+    assert status == 401
+    assert body["error"]["code"] == "missing_api_key"
+    assert headers["content-type"].startswith("application/json")
+    status, body, _ = post(stack, {"model": "chat", "messages": HELLO}, key="sk-wrong")
+    assert status == 401
+    assert body["error"]["code"] == "invalid_api_key"
+    assert "sk-wrong" not in json.dumps(body)
+
+
+def test_the_openai_sdk_works_with_a_tenant_key_and_sees_ratelimit_headers(stack: Stack) -> None:
+    raw = client(stack).chat.completions.with_raw_response.create(model="chat", messages=HELLO)
+    completion = raw.parse()
+    assert completion.choices[0].message.content
+    assert raw.headers["x-ratelimit-limit-requests"] == "10000"
+    assert int(raw.headers["x-ratelimit-remaining-requests"]) < 10_000
+    assert raw.headers["x-ratelimit-limit-tokens"] == "10000000"
+    assert re.fullmatch(r"[\d.hms]+", raw.headers["x-ratelimit-reset-tokens"])
+
+
+def test_the_clients_key_never_reaches_a_provider(stack: Stack) -> None:
+    status, _, _ = post(stack, {"model": "plain", "messages": HELLO}, key=KEYS["team"])
+    assert status == 200
+    last = mock_stats(stack, "keyless")["last_request"]
+    assert last["authorization_present"] is False
+
+
+def test_a_model_outside_the_tenants_list_is_403(stack: Stack) -> None:
+    status, body, _ = post(stack, {"model": "chat", "messages": HELLO}, key=KEYS["narrow"])
+    assert status == 403
+    assert body["error"]["code"] == "model_not_allowed"
+    status, _, _ = post(stack, {"model": "plain", "messages": HELLO}, key=KEYS["narrow"])
+    assert status == 200
+
+
+# ----- token limits: reserve before admitting, reconcile after --------------------------
+
+
+def _wait_window_clear(stack: Stack) -> None:
+    """Let the tight tenant's window empty (its length, plus a margin)."""
+    time.sleep(float(TIGHT_WINDOW.rstrip("s")) + 0.3)
+
+
+def test_a_request_larger_than_the_limit_is_refused_at_once_and_told_not_to_retry(
+    stack: Stack,
+) -> None:
+    body = {"model": "chat", "messages": HELLO, "max_tokens": TIGHT_TOKENS + 1}
+    status, error, headers = post(stack, body, key=KEYS["tight"])
+    assert status == 429
+    assert error["error"]["code"] == "request_too_large"
+    assert error["error"]["type"] == "tokens"
+    assert headers["x-should-retry"] == "false"
+    assert "retry-after" not in headers
+
+
+def test_reservation_refuses_the_overflowing_request_with_retry_after_and_headers(
+    stack: Stack,
+) -> None:
+    _wait_window_clear(stack)
+    # Each reserves its prompt estimate + 150; usage (about 10 tokens) is reconciled after.
+    body = {"model": "chat", "messages": HELLO, "max_tokens": 150}
+    first = post(stack, body, key=KEYS["tight"])
+    assert first[0] == 200
+    # Reconcile gave most of the first reservation back, so two more fit...
+    assert post(stack, body, key=KEYS["tight"])[0] == 200
+    assert post(stack, body, key=KEYS["tight"])[0] == 200
+
+    # ...while concurrent ones are judged on their reservations alone: one of four fits.
+    async def burst() -> list[tuple[int, dict[str, Any], dict[str, str]]]:
+        async with aiohttp.ClientSession() as session:
+
+            async def one() -> tuple[int, dict[str, Any], dict[str, str]]:
+                async with session.post(
+                    stack.gateway + "/v1/chat/completions",
+                    json={**body, "max_tokens": 300},
+                    headers={"authorization": f"Bearer {KEYS['tight']}", "x-mock-ttft-ms": "300"},
+                ) as response:
+                    payload = json.loads(await response.read())
+                    headers = {k.lower(): v for k, v in response.headers.items()}
+                    return response.status, payload, headers
+
+            return list(await asyncio.gather(*(one() for _ in range(4))))
+
+    results = asyncio.run(burst())
+    statuses = [status for status, _, _ in results]
+    assert statuses.count(200) == 1, statuses
+    assert statuses.count(429) == 3, statuses
+    _, error, headers = next(item for item in results if item[0] == 429)
+    assert error["error"]["code"] == "rate_limit_exceeded"
+    assert error["error"]["type"] == "tokens"
+    assert 1 <= int(headers["retry-after"]) <= 5
+    assert headers["x-ratelimit-limit-tokens"] == str(TIGHT_TOKENS)
+    assert int(headers["x-ratelimit-remaining-tokens"]) < 300
+
+
+def test_streams_reconcile_with_and_without_include_usage(stack: Stack) -> None:
+    _wait_window_clear(stack)
+    openai = client(stack, "tight")
+    # Three streams of ~160 reserved each would not fit 400 unless each is reconciled.
+    for include_usage in (True, False, True, False):
+        options: Any = {"include_usage": True} if include_usage else None
+        stream = openai.chat.completions.create(
+            model="chat", messages=HELLO, max_tokens=160, stream=True, stream_options=options
+        )
+        chunks = list(stream)
+        # Client code reading choices[0] of every content chunk keeps working.
+        assert any(c.choices and c.choices[0].delta.content for c in chunks)
+        assert bool(chunks[-1].usage) is include_usage
+        time.sleep(0.2)  # the observer reconciles right after the stream ends
+    text = metrics(stack)
+    assert metric(text, "sluicegate_usage_reports_total", source="provider") >= 2
+    assert metric(text, "sluicegate_usage_reports_total", source="counted") >= 2
+
+
+# ----- priority gate: shedding, slots released ------------------------------------------
+
+
+def test_batch_is_shed_with_503_and_retry_after_while_interactive_waits(stack: Stack) -> None:
+    async def scenario() -> tuple[list[int], list[tuple[int, dict[str, Any], str | None]]]:
+        async with aiohttp.ClientSession() as session:
+
+            async def one(tenant: str, ttft: int) -> tuple[int, dict[str, Any], str | None]:
+                async with session.post(
+                    stack.gateway + "/v1/chat/completions",
+                    json={"model": "gated", "messages": HELLO},
+                    headers={
+                        "authorization": f"Bearer {KEYS[tenant]}",
+                        "x-mock-ttft-ms": str(ttft),
+                    },
+                ) as response:
+                    return (
+                        response.status,
+                        json.loads(await response.read()),
+                        response.headers.get("retry-after"),
+                    )
+
+            interactive = [asyncio.create_task(one("team", 800)) for _ in range(4)]
+            await asyncio.sleep(0.1)
+            batch = [asyncio.create_task(one("batchy", 10)) for _ in range(3)]
+            done_interactive = await asyncio.gather(*interactive)
+            done_batch = await asyncio.gather(*batch)
+            return [s for s, _, _ in done_interactive], list(done_batch)
+
+    interactive, batch = asyncio.run(scenario())
+    assert interactive == [200, 200, 200, 200]
+    shed = [entry for entry in batch if entry[0] == 503]
+    assert shed, batch
+    for _status, body, retry_after in shed:
+        assert body["error"]["code"] in ("queue_full", "queue_timeout")
+        assert retry_after is not None and int(retry_after) >= 1
+
+
+def test_no_slot_leaks_after_cancelled_failed_and_finished_requests(stack: Stack) -> None:
+    async def scenario() -> None:
+        async with aiohttp.ClientSession() as session:
+            headers = {"authorization": f"Bearer {KEYS['team']}"}
+            url = stack.gateway + "/v1/chat/completions"
+
+            async def finished() -> None:
+                async with session.post(
+                    url, json={"model": "gated", "messages": HELLO}, headers=headers
+                ) as r:
+                    await r.read()
+
+            async def failed() -> None:
+                fault = {**headers, "x-mock-fault": "500"}
+                body = {"model": "gated", "messages": HELLO}
+                async with session.post(url, json=body, headers=fault) as r:
+                    await r.read()
+
+            async def cancelled_mid_stream() -> None:
+                async with session.post(
+                    url, json={"model": "gated", "messages": HELLO, "stream": True},
+                    headers={**headers, "x-mock-itl-ms": "200", "x-mock-output-tokens": "50"},
+                ) as r:  # fmt: skip
+                    await r.content.readline()
+
+            async def cancelled_while_queued() -> None:
+                task = asyncio.create_task(finished())
+                await asyncio.sleep(0.05)
+                task.cancel()
+
+            jobs = [finished(), failed(), cancelled_mid_stream(), cancelled_while_queued()] * 4
+            await asyncio.gather(*jobs, return_exceptions=True)
+
+    asyncio.run(scenario())
+    deadline = time.monotonic() + 10
+    while True:
+        text = metrics(stack)
+        in_flight = metric(text, "sluicegate_gate_in_flight_requests", route="gated")
+        depth = metric(text, "sluicegate_queue_depth", route="gated", priority="interactive")
+        if (in_flight, depth) == (0, 0) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert (in_flight, depth) == (0, 0)
+    # The gate still admits: nothing is stuck.
+    assert post(stack, {"model": "gated", "messages": HELLO}, key=KEYS["team"])[0] == 200
+
+
+# ----- bad input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "chat", "messages": HELLO, "max_tokens": -1}, "max_tokens"),
+        ({"model": "chat", "messages": HELLO, "max_tokens": 10**12}, "max_tokens"),
+        ({"model": "chat", "messages": HELLO, "max_tokens": "many"}, "max_tokens"),
+        ({"model": "chat", "messages": HELLO, "n": 0}, "n"),
+        ({"messages": HELLO}, "model"),
+    ],
+)
+def test_bad_requests_get_400_naming_the_parameter(
+    stack: Stack, body: dict[str, Any], param: str
+) -> None:
+    status, error, _ = post(stack, body, key=KEYS["team"])
+    assert status == 400
+    assert error["error"]["param"] == param
+
+
+def test_not_json_is_400_and_a_bad_priority_header_is_400(stack: Stack) -> None:
+    status, error, _ = post(stack, b"{not json", key=KEYS["team"])
+    assert (status, error["error"]["code"]) == (400, "invalid_json")
+    status, error, _ = post(
+        stack, {"model": "chat", "messages": HELLO}, key=KEYS["batchy"],
+        headers={"x-sluicegate-priority": "interactive"},
+    )  # fmt: skip
+    assert status == 400
+    assert error["error"]["code"] == "invalid_priority"
+
+
+def test_admission_metrics_are_exported(stack: Stack) -> None:
+    post(stack, {"model": "chat", "messages": HELLO}, key=KEYS["team"])
+    text = metrics(stack)
+    assert (
+        metric(
+            text, "sluicegate_admission_decisions_total", outcome="admitted", priority="interactive"
+        )
+        >= 1
+    )
+    assert (
+        metric(
+            text, "sluicegate_admission_decisions_total", outcome="unauthenticated", priority="none"
+        )
+        >= 1
+    )
+    assert "sluicegate_tokens_reserved_total" in text
+    assert "sluicegate_queue_time_seconds_bucket" in text

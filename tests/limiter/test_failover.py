@@ -1,0 +1,228 @@
+"""FailoverStore with a redis-server that the test stops and restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from sluicegate.filters.limiter import FailoverStore, OnFailure, RedisStore, Usage
+from tests.redis_server import RedisServer
+
+from .cases import NOTHING, limit, tokens
+from .conftest import RecordingObserver
+
+pytestmark = pytest.mark.timeout(60)
+
+PROBE_S = 0.1
+LOGGER = "sluicegate.limiter"
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+def make_store(
+    server: RedisServer,
+    key_prefix: str,
+    on_failure: OnFailure,
+    observer: RecordingObserver,
+    *,
+    replicas: int = 1,
+) -> FailoverStore:
+    return FailoverStore(
+        RedisStore(server.url, key_prefix=key_prefix, timeout_s=0.1),
+        on_failure=on_failure,
+        replicas=replicas,
+        probe_interval_s=PROBE_S,
+        observer=observer,
+    )
+
+
+async def wait_until_up(store: FailoverStore, within_s: float = 5.0) -> None:
+    deadline = time.monotonic() + within_s
+    while store.state != "up":
+        assert time.monotonic() < deadline, "the probe never found Redis again"
+        await asyncio.sleep(0.02)
+
+
+def state_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER]
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[list[FailoverStore]]:
+    stores: list[FailoverStore] = []
+    yield stores
+    for store in stores:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("on_failure", "admitted"), [("fail_open", True), ("fail_closed", False), ("local", True)]
+)
+async def test_down_decides_by_policy_then_comes_back(
+    on_failure: OnFailure,
+    admitted: bool,
+    server: RedisServer,
+    key_prefix: str,
+    observer: RecordingObserver,
+    caplog: pytest.LogCaptureFixture,
+    closing: list[FailoverStore],
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    store = make_store(server, key_prefix, on_failure, observer)
+    closing.append(store)
+    lim = limit("requests", 100)
+    d = await store.reserve("before", [lim], NOTHING)
+    assert d.admitted and d.store_mode == "ok"
+
+    server.stop()
+    for i in range(20):
+        started = time.monotonic()
+        d = await store.reserve(f"down-{i}", [lim], NOTHING)
+        assert time.monotonic() - started < 1.0
+        assert d.store_mode == on_failure and d.admitted is admitted
+        if on_failure == "local":
+            assert d.states[0].used == i + 1
+        else:
+            assert d.states == () and d.refused_by is None and d.retry_after_s is None
+    assert store.state == "down"
+    # Only the first request met the dead Redis: no per-request timeouts, one line.
+    assert observer.failures == ["reserve"]
+    assert observer.states == ["down"]
+    assert len(state_lines(caplog)) == 1
+    assert on_failure in state_lines(caplog)[0]
+
+    server.start()  # the same port
+    await wait_until_up(store)
+    d = await store.reserve("after", [lim], NOTHING)
+    assert d.store_mode == "ok" and d.admitted
+    assert d.states[0].used == 1  # counting resumed in Redis (which restarted empty)
+    assert observer.states == ["down", "up"]
+    assert len(state_lines(caplog)) == 2
+    assert observer.failures == ["reserve"]
+
+
+async def test_local_mode_divides_limits_by_replicas(
+    server: RedisServer,
+    key_prefix: str,
+    observer: RecordingObserver,
+    closing: list[FailoverStore],
+) -> None:
+    store = make_store(server, key_prefix, "local", observer, replicas=2)
+    closing.append(store)
+    requests = limit("requests", 4)
+    budget = limit("tokens", 3, scope="key")  # 3 // 2 = 1
+    tiny = limit("tokens", 1, scope="model")  # never below 1
+    server.stop()
+    admitted = [(await store.reserve(f"r{i}", [requests], NOTHING)).admitted for i in range(3)]
+    assert admitted == [True, True, False]
+    d = await store.reserve("x", [requests], NOTHING)
+    assert d.store_mode == "local" and d.refused_by is not None
+    assert d.refused_by.limit == 2 and d.refused_by.key == requests.key
+    assert d.states[0].limit.limit == 2 and d.retry_after_s is not None
+
+    d = await store.reserve("b", [budget, tiny], tokens(1))
+    assert d.admitted and [s.limit.limit for s in d.states] == [1, 1]
+
+
+async def test_reconcile_while_down(
+    server: RedisServer,
+    key_prefix: str,
+    observer: RecordingObserver,
+    closing: list[FailoverStore],
+) -> None:
+    store = make_store(server, key_prefix, "local", observer)
+    closing.append(store)
+    lim = limit("tokens", 100)
+    assert (await store.reserve("in-redis", [lim], tokens(50))).store_mode == "ok"
+    server.stop()
+    d = await store.reserve("local-1", [lim], tokens(50))
+    assert d.store_mode == "local" and d.states[0].used == 50
+    assert await store.reconcile("local-1", tokens(10))
+    assert await store.reconcile("local-1", tokens(10)) is False
+    # Made in Redis, which is gone: dropped and counted, without touching Redis.
+    assert await store.reconcile("in-redis", tokens(10)) is False
+    assert store.dropped_reconciles == 1
+    assert observer.failures == ["reserve"]
+    d = await store.reserve("local-2", [lim], tokens(30))
+    assert d.states[0].used == 40
+
+    server.start()
+    await wait_until_up(store)
+    assert (await store.reserve("in-redis-2", [lim], tokens(5))).store_mode == "ok"
+    # A reservation made locally is still reconciled locally once Redis is back.
+    assert await store.reconcile("local-2", tokens(0))
+    assert await store.reconcile("in-redis-2", tokens(1))
+    assert store.dropped_reconciles == 1
+
+
+async def test_reconcile_failure_switches_down(
+    server: RedisServer,
+    key_prefix: str,
+    observer: RecordingObserver,
+    caplog: pytest.LogCaptureFixture,
+    closing: list[FailoverStore],
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    store = make_store(server, key_prefix, "fail_open", observer)
+    closing.append(store)
+    lim = limit("tokens", 100)
+    await store.reserve("a", [lim], tokens(5))
+    server.stop()
+    assert await store.reconcile("a", Usage(1, 1)) is False
+    assert store.state == "down" and store.dropped_reconciles == 1
+    assert observer.failures == ["reconcile"]
+    assert (await store.reserve("b", [lim], tokens(5))).store_mode == "fail_open"
+    assert observer.failures == ["reconcile"]
+    assert len(state_lines(caplog)) == 1
+
+
+async def test_one_observer_for_both_stores_counts_once(
+    server: RedisServer, key_prefix: str, observer: RecordingObserver
+) -> None:
+    redis = RedisStore(server.url, key_prefix=key_prefix, timeout_s=0.1, observer=observer)
+    store = FailoverStore(
+        redis, on_failure="fail_open", probe_interval_s=PROBE_S, observer=observer
+    )
+    try:
+        await store.reserve("a", [limit("tokens", 10)], tokens(1))
+        assert [op for op, _ in observer.latencies] == ["reserve"]
+        server.stop()
+        await store.reserve("b", [limit("tokens", 10)], tokens(1))
+        assert observer.failures == ["reserve"]
+        assert [op for op, _ in observer.latencies] == ["reserve", "reserve"]
+        assert observer.states == ["down"]
+    finally:
+        await store.close()
+
+
+async def test_a_hung_redis_costs_one_timeout(
+    server: RedisServer,
+    key_prefix: str,
+    observer: RecordingObserver,
+    closing: list[FailoverStore],
+) -> None:
+    store = make_store(server, key_prefix, "fail_closed", observer)
+    closing.append(store)
+    lim = limit("tokens", 100)
+    await store.reserve("a", [lim], tokens(1))
+    server.pause()
+    try:
+        started = time.monotonic()
+        decisions = await asyncio.gather(
+            *(store.reserve(f"b{i}", [lim], tokens(1)) for i in range(10))
+        )
+        assert time.monotonic() - started < 1.0
+        assert {d.store_mode for d in decisions} == {"fail_closed"}
+        assert observer.states == ["down"]
+    finally:
+        server.resume()
+    await wait_until_up(store)
+    assert (await store.reserve("c", [lim], tokens(1))).store_mode == "ok"
