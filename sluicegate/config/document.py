@@ -46,6 +46,8 @@ class Document:
 
     # sluicegate.* fields that are valid (defaults included), by field name
     addresses: Mapping[str, str]
+    # sluicegate.ext_proc_replicas entries that are valid, with their index
+    replica_addresses: tuple[tuple[int, str], ...]
     listeners: tuple[tuple[int, Listener], ...]
     providers: tuple[tuple[int, Provider], ...]
     routes: tuple[tuple[int, Route], ...]
@@ -75,7 +77,12 @@ class Document:
     @classmethod
     def from_config(cls, config: Config) -> Document:
         return cls(
-            addresses=config.sluicegate.model_dump(),
+            addresses={
+                name: value
+                for name, value in config.sluicegate.model_dump().items()
+                if isinstance(value, str)
+            },
+            replica_addresses=tuple(enumerate(config.sluicegate.ext_proc_replicas)),
             listeners=tuple(enumerate(config.listeners)),
             providers=tuple(enumerate(config.providers)),
             routes=tuple(enumerate(config.routes)),
@@ -112,6 +119,7 @@ class Document:
         raw_tenants = _items(data.get("tenants"))
         return cls(
             addresses=_valid_addresses(data.get("sluicegate", {})),
+            replica_addresses=_valid_replicas(data.get("sluicegate", {})),
             listeners=listeners,
             providers=providers,
             routes=routes,
@@ -157,12 +165,25 @@ def _valid_addresses(raw: object) -> dict[str, str]:
         return {}
     addresses: dict[str, str] = {}
     for name, default in Addresses().model_dump().items():
+        if not isinstance(default, str):
+            continue
         checked = _valid(Addresses, {name: raw[name]}) if name in raw else None
         if name not in raw:
             addresses[name] = default
         elif checked is not None:
             addresses[name] = getattr(checked, name)
     return addresses
+
+
+def _valid_replicas(raw: object) -> tuple[tuple[int, str], ...]:
+    replicas = raw.get("ext_proc_replicas") if isinstance(raw, dict) else None
+    if not isinstance(replicas, list):
+        return ()
+    valid = []
+    for index, address in enumerate(replicas):
+        if _valid(Addresses, {"ext_proc_replicas": [address]}) is not None:
+            valid.append((index, str(address)))
+    return tuple(valid)
 
 
 def _backend_refs(routes: list[dict[object, object]]) -> list[BackendRef]:

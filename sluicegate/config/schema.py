@@ -192,12 +192,27 @@ class Addresses(Strict):
     ext_proc: str = "127.0.0.1:18001"
     http: str = "127.0.0.1:9100"
     envoy_admin: str = "127.0.0.1:9901"
+    # More ext_proc servers that `up` starts (`sluicegate ext-proc`); Envoy spreads requests
+    # over all of them. Limits are then only shared through a Redis store.
+    ext_proc_replicas: list[str] = Field(default_factory=list, max_length=64)
 
     @field_validator("xds", "ext_proc", "http", "envoy_admin")
     @classmethod
     def _host_port(cls, value: str) -> str:
         split_host_port(value)  # raises ValueError with the reason
         return value
+
+    @field_validator("ext_proc_replicas")
+    @classmethod
+    def _host_ports(cls, value: list[str]) -> list[str]:
+        for address in value:
+            split_host_port(address)
+        return value
+
+    @property
+    def ext_proc_servers(self) -> list[str]:
+        """Every ext_proc address Envoy calls: the main one, then the replicas."""
+        return [self.ext_proc, *self.ext_proc_replicas]
 
 
 class Limits(Strict):

@@ -82,6 +82,11 @@ def _sockets(doc: Document, at: Locator) -> Iterable[_Socket]:
         host, port = split_host_port(address)
         line = at.source.line_of(path) if at.source.has(path) else 0
         yield _Socket("sluicegate", f"sluicegate.{name}", host, port, path, line)
+    for index, address in doc.replica_addresses:
+        path = ("sluicegate", "ext_proc_replicas", index)
+        host, port = split_host_port(address)
+        line = at.source.line_of(path) if at.source.has(path) else 0
+        yield _Socket("sluicegate", f"ext_proc replica {index}", host, port, path, line)
     for i, listener in doc.listeners:
         path = ("listeners", i, "port")
         line = at.source.line_of(path)

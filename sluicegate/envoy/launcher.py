@@ -160,7 +160,8 @@ class EnvoyProcess:
         self._admin_path.unlink(missing_ok=True)
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                die_with_parent([binary, *self._args]) if self._die_with_parent
+                die_with_parent([binary, *self._args])
+                if self._die_with_parent
                 else [binary, *self._args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

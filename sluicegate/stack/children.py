@@ -8,7 +8,9 @@ children. Each child asks the kernel for SIGTERM when its parent dies
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -41,3 +43,26 @@ def stop(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def wait_listening(
+    process: subprocess.Popen[bytes],
+    host: str,
+    port: int,
+    log_path: Path,
+    what: str,
+    timeout_s: float = 15.0,
+) -> None:
+    """Return once host:port accepts connections; raise with the child's log tail if it
+    exits first or never listens."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{what} exited:\n{tail}")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {host}:{port}")

@@ -6,16 +6,14 @@ scheduling) with the ext_proc filter they are measured through.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sluicegate.config import Config
-from sluicegate.stack.children import spawn, stop
+from sluicegate.stack.children import spawn, stop, wait_listening
 
 _KEY_ENV = "SLUICEGATE_MOCK_API_KEY"
 
@@ -77,14 +75,5 @@ def stop_mocks(children: list[MockChild]) -> None:
 
 
 def _wait_listening(child: MockChild, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if child.process.poll() is not None:
-            tail = child.log_path.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"mock provider {child.name} exited:\n{tail}")
-        try:
-            with socket.create_connection(("127.0.0.1", child.port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"mock provider {child.name} did not listen on port {child.port}")
+    what = f"mock provider {child.name}"
+    wait_listening(child.process, "127.0.0.1", child.port, child.log_path, what, timeout_s)

@@ -21,6 +21,7 @@ from sluicegate.envoy import EnvoyProcess, make_bootstrap
 from sluicegate.filters import ExtProcServer
 from sluicegate.stack.control_plane import ControlPlane
 from sluicegate.stack.mocks import start_mocks, stop_mocks
+from sluicegate.stack.replica import start_replicas, stop_replicas
 from sluicegate.stack.status_http import start_status_http
 from sluicegate.stack.watcher import watch_files
 from sluicegate.xds.server import SnapshotCache, serve_ads
@@ -81,6 +82,10 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
         stack.push_async_callback(ads.stop, 1.0)
         await ext_proc.start(addresses.ext_proc)
         stack.push_async_callback(ext_proc.stop)
+        replicas = await asyncio.to_thread(
+            start_replicas, path, addresses.ext_proc_replicas, work_dir
+        )
+        stack.callback(stop_replicas, replicas)
         http_host, http_port = split_host_port(addresses.http)
         runner = await start_status_http(
             control_plane, http_host, http_port, registries=[ext_proc.admission.metrics.registry]
@@ -94,7 +99,7 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
                 node_id=options.node_id,
                 cluster="sluicegate",
                 xds_address=addresses.xds,
-                ext_proc_address=addresses.ext_proc,
+                ext_proc_address=addresses.ext_proc_servers,
                 admin_address=addresses.envoy_admin,
                 ads_mode=options.ads_mode,
             )

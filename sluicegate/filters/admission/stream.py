@@ -155,7 +155,8 @@ class AdmissionStream:
             facts = inspect_request(body, max_output_tokens=policy.max_output_tokens)
         except BodyError as exc:
             self._counters.inc(STAGE, outcome.BAD_REQUEST)
-            return self._refuse("bad_request", NO_CLASS, errors.BODY_PROBLEMS[exc.problem])
+            answer = errors.body_error(exc, max_output_tokens=policy.max_output_tokens)
+            return self._refuse("bad_request", NO_CLASS, answer)
         info = self._table.get(facts.model)
         routed = self._table.routed_answer(facts.model)
         if info is None or routed is None:

@@ -1,0 +1,116 @@
+"""`sluicegate ext-proc FILE`: one more ext_proc server, for Envoy to spread requests over.
+
+A replica reads the same YAML as the control plane (routes for model routing, tenants and
+limits for admission) and follows its edits. Replicas share rate limits only through a
+Redis store (`admission.store.kind: redis`); priority gates are per replica. `sluicegate
+up` starts one per `sluicegate.ext_proc_replicas` address; elsewhere (Kubernetes) run it
+as its own deployment beside Envoy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import generate_latest
+
+from sluicegate.config import ConfigError, load_config, split_host_port
+from sluicegate.filters import ExtProcServer, RoutingTable, admission_policy
+from sluicegate.stack.children import spawn, stop, wait_listening
+from sluicegate.stack.watcher import watch_file
+from sluicegate.xds.translate import build_ir, routing_table_entries
+
+log = logging.getLogger("sluicegate.ext_proc")
+
+
+def load_into(server: ExtProcServer, path: Path) -> bool:
+    """Load the file into the server; a bad file is logged and the last good one stays."""
+    try:
+        config = load_config(path)
+    except ConfigError as err:
+        for problem in err.problems:
+            log.error("config rejected, last good config keeps serving: %s", problem)
+        return False
+    # Provider keys only shape Envoy's secrets, never the filter: none are read here.
+    ir = build_ir(config, {})
+    server.update_admission(admission_policy(config))
+    server.update_table(RoutingTable.from_entries(routing_table_entries(ir)))
+    return True
+
+
+async def _serve_metrics(server: ExtProcServer, address: str) -> web.AppRunner:
+    """This replica's admission metrics on http://address/metrics (Prometheus)."""
+    registry = server.admission.metrics.registry
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, port = split_host_port(address)
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+async def run_ext_proc(
+    path: Path,
+    address: str,
+    stop_event: asyncio.Event | None = None,
+    metrics_address: str | None = None,
+) -> int:
+    """Serve ext_proc on `address` until stopped (SIGINT/SIGTERM); returns an exit code."""
+    path = path.resolve()
+    server = ExtProcServer()
+    if not load_into(server, path):
+        return 2
+    stop_event = stop_event or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop_event.set)
+    bound = await server.start(address)
+    log.info("ext_proc replica serving on %s", bound)
+    runner = None if metrics_address is None else await _serve_metrics(server, metrics_address)
+    watcher = asyncio.create_task(watch_file(path, lambda: load_into(server, path)))
+    try:
+        await stop_event.wait()
+    finally:
+        watcher.cancel()
+        if runner is not None:
+            await runner.cleanup()
+        await server.stop()
+    return 0
+
+
+def start_replicas(
+    path: Path, addresses: Sequence[str], work_dir: Path
+) -> list[subprocess.Popen[bytes]]:
+    """Start `sluicegate ext-proc` for each address and wait until each listens."""
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        for index, address in enumerate(addresses):
+            log_path = work_dir / f"ext-proc-{index}.log"
+            argv = [sys.executable, "-m", "sluicegate", "ext-proc", str(path), "--address", address]
+            process = spawn(argv, log_path)
+            started.append(process)
+            host, port = split_host_port(address)
+            wait_listening(process, host, port, log_path, f"ext_proc replica {address}", 30.0)
+            log.info("ext_proc replica on %s", address)
+    except BaseException:
+        stop_replicas(started)
+        raise
+    return started
+
+
+def stop_replicas(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        stop(process)
