@@ -105,6 +105,9 @@ class Provider(Strict):
     health_check: HealthCheck | None = None
     # Take no new requests (requests in flight finish); `sluicegate drain` does the same live.
     drain: bool = False
+    # A priority gate in front of this provider (e.g. a self-hosted model that serves N
+    # requests at once), shared by every route that sends to it alone.
+    concurrency: Concurrency | None = None
 
     @field_validator("base_url")
     @classmethod

@@ -131,6 +131,22 @@ def check_provider_use(doc: Document, at: Locator) -> Iterable[Problem]:
                     )
 
 
+def check_provider_gates(doc: Document, at: Locator) -> Iterable[Problem]:
+    """A provider's concurrency gate is taken before Envoy picks a provider, so it covers
+    only routes whose every backend is that provider; say so for the others."""
+    gated = {provider.name: p for p, provider in doc.providers if provider.concurrency}
+    for r, route in doc.routes:
+        names = {backend.provider for backend in route.backends}
+        if len(names) < 2:
+            continue
+        for name in sorted(names & gated.keys()):
+            yield at.warning(
+                ("providers", gated[name], "concurrency"),
+                f"route '{route.name}' sends to '{name}' and other providers, so this gate "
+                f"does not cover it (use the route's own concurrency); at routes[{r}]",
+            )
+
+
 def check_tls(doc: Document, at: Locator) -> Iterable[Problem]:
     for p, provider in doc.providers:
         if provider.tls is not None and urlsplit(provider.base_url).scheme != "https":
@@ -461,6 +477,7 @@ RULES: tuple[Rule, ...] = (
     check_models,
     check_provider_use,
     check_tls,
+    check_provider_gates,
     check_mock_urls,
     check_protocols,
     check_health_checks,

@@ -356,8 +356,8 @@ def test_no_slot_leaks_after_cancelled_failed_and_finished_requests(stack: Stack
     deadline = time.monotonic() + 10
     while True:
         text = metrics(stack)
-        in_flight = metric(text, "sluicegate_gate_in_flight_requests", route="gated")
-        depth = metric(text, "sluicegate_queue_depth", route="gated", priority="interactive")
+        in_flight = metric(text, "sluicegate_gate_in_flight_requests", gate="route:gated")
+        depth = metric(text, "sluicegate_queue_depth", gate="route:gated", priority="interactive")
         if (in_flight, depth) == (0, 0) or time.monotonic() > deadline:
             break
         time.sleep(0.1)

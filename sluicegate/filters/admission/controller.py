@@ -69,16 +69,15 @@ class AdmissionController:
     def update(self, policy: AdmissionPolicy) -> None:
         """Adopt a reloaded policy (see the module docstring)."""
         gates: dict[str, PriorityGate] = {}
-        for name, route in policy.routes.items():
-            if route.gate is None:
-                continue
+        for name, gate_policy in policy.gates.items():
             gate = self._gates.get(name)
             if gate is None:
-                gate = PriorityGate(name, route.gate)
+                kind, _, short = name.partition(":")
+                gate = PriorityGate(short, gate_policy, kind=kind)
             else:
-                gate.update_policy(route.gate)
+                gate.update_policy(gate_policy)
             gates[name] = gate
-        # Gates of removed routes: their holders release into a gate nobody consults.
+        # Removed gates: their holders release into a gate nobody consults any more.
         self._gates = gates
         if self._store is not None and policy.store != self._store_settings:
             old, self._store = self._store, None

@@ -30,22 +30,21 @@ class _GateCollector(Collector):
         depth = GaugeMetricFamily(
             "sluicegate_queue_depth",
             "Requests waiting in a gate's queue",
-            labels=["route", "priority"],
+            labels=["gate", "priority"],
         )
         in_flight = GaugeMetricFamily(
-            "sluicegate_gate_in_flight_requests", "Requests holding a gate slot", labels=["route"]
+            "sluicegate_gate_in_flight_requests", "Requests holding a gate slot", labels=["gate"]
         )
         in_flight_tokens = GaugeMetricFamily(
             "sluicegate_gate_in_flight_tokens",
             "Estimated tokens of requests holding a gate slot",
-            labels=["route"],
+            labels=["gate"],
         )
-        for route, gate in sorted(self._gates().items()):
+        for gate_name, gate in sorted(self._gates().items()):
             for item in gate.policy.classes:
-                name = item.name
-                depth.add_metric([route, name], gate.depth(name))
-            in_flight.add_metric([route], gate.in_flight)
-            in_flight_tokens.add_metric([route], gate.in_flight_tokens)
+                depth.add_metric([gate_name, item.name], gate.depth(item.name))
+            in_flight.add_metric([gate_name], gate.in_flight)
+            in_flight_tokens.add_metric([gate_name], gate.in_flight_tokens)
         yield depth
         yield in_flight
         yield in_flight_tokens

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from sluicegate.config import Config, RateLimits
+from sluicegate.config import Concurrency, Config, RateLimits
 
 from ..limiter import Limit, OnFailure
 from ..queueing import ClassPolicy, GatePolicy
@@ -36,8 +36,14 @@ class TenantPolicy:
 class RoutePolicy:
     name: str
     default_max_tokens: int
-    gate: GatePolicy | None
+    # Names of the gates a request takes, in this order: the route's, then its provider's.
+    gates: tuple[str, ...] = ()
     model_limits: Mapping[str, tuple[Limit, ...]] = field(default_factory=dict)
+
+
+def gate_name(kind: str, name: str) -> str:
+    """`route:chat`, `provider:local`: one namespace for both kinds of gate."""
+    return f"{kind}:{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,7 @@ class AdmissionPolicy:
     classes: tuple[str, ...] = ("interactive", "standard", "batch")
     default_priority: str = "standard"
     routes: Mapping[str, RoutePolicy] = field(default_factory=dict)
+    gates: Mapping[str, GatePolicy] = field(default_factory=dict)
     default_max_tokens: int = 1024
     max_output_tokens: int = 1_000_000
     store: StoreSettings = StoreSettings()
@@ -69,7 +76,7 @@ class AdmissionPolicy:
     def enabled(self) -> bool:
         """Whether any request needs more than model routing."""
         return self.keyring is not None or any(
-            route.gate is not None or route.model_limits for route in self.routes.values()
+            route.gates or route.model_limits for route in self.routes.values()
         )
 
     def limits_for(
@@ -130,21 +137,37 @@ def admission_policy(config: Config) -> AdmissionPolicy:
         for key in tenant.keys
         if key.rate_limits is not None
     }
+
+    def gate_policy(concurrency: Concurrency) -> GatePolicy:
+        return GatePolicy(
+            classes=class_policies,
+            max_requests=concurrency.max_requests,
+            max_tokens=concurrency.max_tokens,
+            headroom=concurrency.headroom,
+            max_queued=admission.max_queued,
+        )
+
+    gates: dict[str, GatePolicy] = {}
+    for provider in config.providers:
+        if provider.concurrency is not None:
+            gates[gate_name("provider", provider.name)] = gate_policy(provider.concurrency)
     routes = {}
     for route in config.routes:
-        gate = None
+        names: list[str] = []
         if route.concurrency is not None:
-            gate = GatePolicy(
-                classes=class_policies,
-                max_requests=route.concurrency.max_requests,
-                max_tokens=route.concurrency.max_tokens,
-                headroom=route.concurrency.headroom,
-                max_queued=admission.max_queued,
-            )
+            names.append(gate_name("route", route.name))
+            gates[names[-1]] = gate_policy(route.concurrency)
+        # A provider's gate covers only routes that send to it alone: the gate is taken
+        # before Envoy chooses among a route's providers.
+        providers = {backend.provider for backend in route.backends}
+        if len(providers) == 1:
+            provider_gate = gate_name("provider", next(iter(providers)))
+            if provider_gate in gates:
+                names.append(provider_gate)
         routes[route.name] = RoutePolicy(
             name=route.name,
             default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
-            gate=gate,
+            gates=tuple(names),
             model_limits={
                 model: _limits(SCOPE_MODEL, model, route.rate_limits)
                 for model in route.models
@@ -163,6 +186,7 @@ def admission_policy(config: Config) -> AdmissionPolicy:
         classes=admission.class_names,
         default_priority=admission.default_priority,
         routes=routes,
+        gates=gates,
         default_max_tokens=admission.default_max_tokens,
         max_output_tokens=admission.max_output_tokens,
         store=StoreSettings(

@@ -88,7 +88,7 @@ class AdmissionStream:
         "_priority_header",
         "_reservation",
         "_routed",
-        "_slot",
+        "_slots",
         "_table",
     )
 
@@ -103,7 +103,7 @@ class AdmissionStream:
         self._priority_header: str | None = None
         self._reservation: str | None = None
         self._routed = False
-        self._slot: Slot | None = None
+        self._slots: list[Slot] = []
 
     async def on_message(self, request: Any) -> bytes:
         policy = self._policy
@@ -119,9 +119,8 @@ class AdmissionStream:
     def close(self) -> None:
         """The request is over: free the slot; refund a reservation never sent upstream
         (the observer reconciles those that were)."""
-        if self._slot is not None:
-            self._slot.release()
-            self._slot = None
+        while self._slots:
+            self._slots.pop().release()
         if self._reservation is not None and not self._routed:
             rid, self._reservation = self._reservation, None
             self._controller.spawn(self._controller.store().reconcile(rid, Usage(0, 0)))
@@ -178,9 +177,9 @@ class AdmissionStream:
             )
         route = policy.routes.get(info.route)
         limits = policy.limits_for(self._identity, info.route, facts.model)
-        gate = self._controller.gates.get(info.route)
+        gates = route.gates if route is not None else ()
         self._counters.inc(STAGE, outcome.ROUTED)
-        if not limits and gate is None and self._identity is None:
+        if not limits and not gates and self._identity is None:
             self._routed = True
             return routed
         default_max = route.default_max_tokens if route is not None else policy.default_max_tokens
@@ -204,18 +203,19 @@ class AdmissionStream:
             self._controller.metrics.tokens_reserved.labels(self._tenant_label(), facts.model).inc(
                 estimate.input_tokens + estimate.output_tokens
             )
-        if gate is not None:
+        tokens = estimate.input_tokens + estimate.output_tokens
+        for name in gates:
+            gate = self._controller.gates.get(name)
+            if gate is None:
+                continue  # removed by a reload a moment ago
             try:
-                self._slot = await gate.acquire(
-                    priority, estimate.input_tokens + estimate.output_tokens
-                )
+                slot = await gate.acquire(priority, tokens)
             except Shed as shed:
                 self._controller.metrics.queue_time.labels(priority, "shed").observe(shed.queued_s)
-                self.close()  # refunds the reservation
+                self.close()  # frees slots taken so far and refunds the reservation
                 return self._refuse(f"shed_{shed.reason}", priority, answers.shed(shed))
-            self._controller.metrics.queue_time.labels(priority, "admitted").observe(
-                self._slot.queued_s
-            )
+            self._slots.append(slot)
+            self._controller.metrics.queue_time.labels(priority, "admitted").observe(slot.queued_s)
         self._routed = True
         self._controller.metrics.decisions.labels("admitted", priority).inc()
         return routed + self._metadata(facts.model, estimate, decision)
