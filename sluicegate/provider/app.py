@@ -150,6 +150,8 @@ async def _answer(
     if plan.stream:
         return await responses.stream(request, settings, kind, plan, pacer, started)
     await pacer.all_tokens(plan.tokens)
+    if fault is Fault.GARBAGE:
+        return responses.garbage_answer(request, started)
     payload = responses.completion_payload(kind, plan)
     if fault is Fault.CUT:
         await responses.cut_body(request, payload)

@@ -32,6 +32,9 @@ class Fault(StrEnum):
     RESET = "reset"
     CUT = "cut"
     HANG = "hang"
+    # A provider that misbehaves on the wire but answers 200: malformed SSE events mid-stream
+    # and no usage (even when asked), or a JSON body that does not parse. Header only.
+    GARBAGE = "garbage"
 
 
 # Order of the cumulative draw over the settings' rate_* fields.

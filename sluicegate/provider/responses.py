@@ -8,7 +8,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 from aiohttp import web
 
@@ -102,6 +102,26 @@ def _response_headers(request: web.Request, started: float) -> dict[str, str]:
     }
 
 
+# What a misbehaving provider sends (Fault.GARBAGE): a data line that is not JSON, one
+# that is not UTF-8, a comment, and an event split oddly, between good events.
+GARBAGE_EVENTS: Final = (
+    b"data: {this is not json\n\n"
+    b"data: \xff\xfe\xfd\n\n"
+    b": keep-alive comment\n\n"
+    b"event: weird\ndata: [1, 2,\n\n"
+)
+GARBAGE_JSON: Final = b'{"id": "chatcmpl-broken", "choices": [{"message": {"content": "tru'
+
+
+def garbage_answer(request: web.Request, started: float) -> web.Response:
+    """A 200 whose JSON body does not parse (Fault.GARBAGE, not streamed)."""
+    return web.Response(
+        body=GARBAGE_JSON,
+        content_type="application/json",
+        headers=_response_headers(request, started),
+    )
+
+
 def json_answer(payload: Any, request: web.Request, started: float) -> web.Response:
     return web.Response(
         body=sse.dumps(payload).encode(),
@@ -157,11 +177,13 @@ async def stream(
                 # OpenAI, unless early_headers asked for them up front.
                 await response.prepare(request)
             await response.write(encoder.choices([_token_choice(kind, index)]))
+            if plan.fault is Fault.GARBAGE and index == max(1, plan.tokens // 2):
+                await response.write(GARBAGE_EVENTS)
             if cut_after is not None and index >= cut_after:
                 abort_connection(request.transport)
                 client_gone()
         await response.write(encoder.choices([_final_choice(kind, plan.finish_reason)]))
-        if plan.include_usage:
+        if plan.include_usage and plan.fault is not Fault.GARBAGE:
             await response.write(encoder.usage(generation.usage(plan.prompt_tokens, plan.tokens)))
         await response.write(sse.DONE)
         await response.write_eof()

@@ -144,8 +144,9 @@ def metrics(stack: Stack) -> str:
         return text
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample (labels must match exactly those given, in any order)."""
+def metric(text: str, name: str, default: float | None = None, **labels: str) -> float:
+    """The value of one sample (labels must match exactly those given, in any order);
+    `default` when there is none yet (a labelled counter appears at its first use)."""
     for line in text.splitlines():
         match = re.match(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$", line)
         if not match or match.group(1) != name:
@@ -153,6 +154,8 @@ def metric(text: str, name: str, **labels: str) -> float:
         found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
         if found == labels:
             return float(match.group(3))
+    if default is not None:
+        return default
     raise AssertionError(f"no sample {name}{labels}")
 
 
@@ -415,3 +418,51 @@ def test_admission_metrics_are_exported(stack: Stack) -> None:
     )
     assert "sluicegate_tokens_reserved_total" in text
     assert "sluicegate_queue_time_seconds_bucket" in text
+
+
+# ----- a misbehaving provider: the observer never crashes, the client gets the bytes -----
+
+
+def test_malformed_sse_from_a_provider_ends_cleanly_and_is_charged_by_count(stack: Stack) -> None:
+    _wait_window_clear(stack)
+    before = metric(metrics(stack), "sluicegate_usage_reports_total", 0, source="counted")
+    request = urllib.request.Request(
+        stack.gateway + "/v1/chat/completions",
+        data=json.dumps(
+            {"model": "chat", "messages": HELLO, "stream": True, "max_tokens": 100,
+             "stream_options": {"include_usage": True}}
+        ).encode(),
+        headers={"authorization": f"Bearer {KEYS['tight']}", "content-type": "application/json",
+                 "x-mock-fault": "garbage"},
+        method="POST",
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=20) as response:
+        raw = response.read()
+    assert b"data: {this is not json" in raw  # passed through untouched
+    assert raw.rstrip().endswith(b"data: [DONE]")
+    deadline = time.monotonic() + 5
+    while metric(metrics(stack), "sluicegate_usage_reports_total", 0, source="counted") <= before:
+        assert time.monotonic() < deadline, "the usage observer never reconciled the stream"
+        time.sleep(0.05)
+    # The filter still admits and answers: nothing crashed.
+    assert (
+        post(stack, {"model": "chat", "messages": HELLO, "max_tokens": 20}, KEYS["tight"])[0] == 200
+    )
+
+
+def test_a_provider_json_body_that_does_not_parse_keeps_the_estimate_charged(stack: Stack) -> None:
+    before = metric(metrics(stack), "sluicegate_usage_reports_total", 0, source="estimate")
+    request = urllib.request.Request(
+        stack.gateway + "/v1/chat/completions",
+        data=json.dumps({"model": "chat", "messages": HELLO}).encode(),
+        headers={"authorization": f"Bearer {KEYS['team']}", "content-type": "application/json",
+                 "x-mock-fault": "garbage"},
+        method="POST",
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=20) as response:
+        assert response.status == 200
+        assert response.read().startswith(b'{"id": "chatcmpl-broken"')
+    deadline = time.monotonic() + 5
+    while metric(metrics(stack), "sluicegate_usage_reports_total", 0, source="estimate") <= before:
+        assert time.monotonic() < deadline, "the usage observer never reconciled the answer"
+        time.sleep(0.05)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import aiohttp
@@ -212,3 +213,36 @@ async def test_runtime_config_changes_behaviour(provider: RunningMockProvider) -
             async with session.post(provider.url + "/mock/config", json=bad) as response:
                 assert response.status == 400, bad
     assert provider.settings.rate_500 == 0
+
+
+async def test_garbage_stream_has_malformed_events_and_no_usage(
+    provider: RunningMockProvider,
+) -> None:
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {API_KEY}"}) as session,
+        session.post(
+            provider.url + CHAT,
+            json={"model": "m2", "messages": user(), "stream": True,
+                  "stream_options": {"include_usage": True}},
+            headers=fault("garbage", **{"x-mock-output-tokens": "6"}),
+        ) as response,
+    ):  # fmt: skip
+        assert response.status == 200
+        received = await response.read()
+    assert b"data: {this is not json" in received
+    assert b'"usage":{' not in received  # asked for, never sent
+    assert received.rstrip().endswith(b"data: [DONE]")
+    assert received.count(b'"content":"tok') == 6
+
+
+async def test_garbage_json_body_does_not_parse(provider: RunningMockProvider) -> None:
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {API_KEY}"}) as session,
+        session.post(
+            provider.url + CHAT, json={"model": "m2", "messages": user()}, headers=fault("garbage")
+        ) as response,
+    ):
+        assert response.status == 200
+        body = await response.read()
+    with pytest.raises(ValueError):
+        json.loads(body)
