@@ -108,6 +108,9 @@ class Provider(Strict):
     # A priority gate in front of this provider (e.g. a self-hosted model that serves N
     # requests at once), shared by every route that sends to it alone.
     concurrency: Concurrency | None = None
+    # Rate limits of this provider (an account's RPM/TPM), counted like the gate: for the
+    # routes that send to this provider alone.
+    rate_limits: RateLimits | None = None
 
     @field_validator("base_url")
     @classmethod

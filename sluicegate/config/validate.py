@@ -132,19 +132,21 @@ def check_provider_use(doc: Document, at: Locator) -> Iterable[Problem]:
 
 
 def check_provider_gates(doc: Document, at: Locator) -> Iterable[Problem]:
-    """A provider's concurrency gate is taken before Envoy picks a provider, so it covers
-    only routes whose every backend is that provider; say so for the others."""
-    gated = {provider.name: p for p, provider in doc.providers if provider.concurrency}
-    for r, route in doc.routes:
-        names = {backend.provider for backend in route.backends}
-        if len(names) < 2:
-            continue
-        for name in sorted(names & gated.keys()):
-            yield at.warning(
-                ("providers", gated[name], "concurrency"),
-                f"route '{route.name}' sends to '{name}' and other providers, so this gate "
-                f"does not cover it (use the route's own concurrency); at routes[{r}]",
-            )
+    """A provider's concurrency gate and rate limits are applied before Envoy picks a
+    provider, so they cover only routes whose every backend is that provider; say so for
+    the others."""
+    for field in ("concurrency", "rate_limits"):
+        marked = {p.name: i for i, p in doc.providers if getattr(p, field) is not None}
+        for r, route in doc.routes:
+            names = {backend.provider for backend in route.backends}
+            if len(names) < 2:
+                continue
+            for name in sorted(names & marked.keys()):
+                yield at.warning(
+                    ("providers", marked[name], field),
+                    f"route '{route.name}' sends to '{name}' and other providers, so this "
+                    f"{field} does not cover it (use the route's own); at routes[{r}]",
+                )
 
 
 def check_tls(doc: Document, at: Locator) -> Iterable[Problem]:

@@ -36,7 +36,7 @@ TIGHT_WINDOW = "4s"
 
 
 def document(tmp: Path) -> dict[str, Any]:
-    xds, ext_proc, http, admin, listen, alpha, keyless = free_ports(7)
+    xds, ext_proc, http, admin, listen, alpha, keyless, capped = free_ports(8)
     return {
         "version": 1,
         "sluicegate": {
@@ -65,9 +65,17 @@ def document(tmp: Path) -> dict[str, Any]:
                 "base_url": f"http://127.0.0.1:{keyless}/v1",
                 "mock": {"models": [], "ttft_ms": 5, "itl_ms": 1, "output_tokens": 4},
             },
+            {
+                "name": "capped",
+                "base_url": f"http://127.0.0.1:{capped}/v1",
+                "mock": {"models": [], "ttft_ms": 5, "itl_ms": 1, "output_tokens": 4},
+                # The provider account's own limit, whoever calls.
+                "rate_limits": {"requests": 3, "per": "30s"},
+            },
         ],
         "routes": [
             {"name": "chat", "models": ["chat"], "backends": [{"provider": "alpha"}]},
+            {"name": "capped", "models": ["capped"], "backends": [{"provider": "capped"}]},
             {"name": "plain", "models": ["plain"], "backends": [{"provider": "keyless"}]},
             {
                 "name": "gated",
@@ -466,3 +474,14 @@ def test_a_provider_json_body_that_does_not_parse_keeps_the_estimate_charged(sta
     while metric(metrics(stack), "sluicegate_usage_reports_total", 0, source="estimate") <= before:
         assert time.monotonic() < deadline, "the usage observer never reconciled the answer"
         time.sleep(0.05)
+
+
+def test_a_providers_rate_limit_holds_across_tenants(stack: Stack) -> None:
+    body = {"model": "capped", "messages": HELLO}
+    statuses = [post(stack, body, key=KEYS[tenant])[0] for tenant in ("team", "tight", "batchy")]
+    assert statuses == [200, 200, 200]
+    status, error, headers = post(stack, body, key=KEYS["team"])
+    assert status == 429
+    assert error["error"]["type"] == "requests"
+    assert "provider capped" in error["error"]["message"]
+    assert headers["x-ratelimit-limit-requests"] == "3"

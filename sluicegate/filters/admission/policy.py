@@ -20,6 +20,7 @@ from .keyring import ClientIdentity, KeyRing
 SCOPE_TENANT: Final = "tenant"
 SCOPE_KEY: Final = "key"
 SCOPE_MODEL: Final = "model"
+SCOPE_PROVIDER: Final = "provider"
 # A class with max_wait 0 never queues; the gate still needs a positive wait.
 _NO_WAIT_S: Final = 0.001
 
@@ -39,6 +40,8 @@ class RoutePolicy:
     # Names of the gates a request takes, in this order: the route's, then its provider's.
     gates: tuple[str, ...] = ()
     model_limits: Mapping[str, tuple[Limit, ...]] = field(default_factory=dict)
+    # The limits of the route's provider when it sends to that provider alone.
+    provider_limits: tuple[Limit, ...] = ()
 
 
 def gate_name(kind: str, name: str) -> str:
@@ -92,6 +95,7 @@ class AdmissionPolicy:
         route_policy = self.routes.get(route)
         if route_policy is not None:
             found += route_policy.model_limits.get(model, ())
+            found += route_policy.provider_limits
         return found
 
     def class_rank(self, name: str) -> int | None:
@@ -147,6 +151,7 @@ def admission_policy(config: Config) -> AdmissionPolicy:
             max_queued=admission.max_queued,
         )
 
+    limits_of_provider = {provider.name: provider.rate_limits for provider in config.providers}
     gates: dict[str, GatePolicy] = {}
     for provider in config.providers:
         if provider.concurrency is not None:
@@ -160,10 +165,13 @@ def admission_policy(config: Config) -> AdmissionPolicy:
         # A provider's gate covers only routes that send to it alone: the gate is taken
         # before Envoy chooses among a route's providers.
         providers = {backend.provider for backend in route.backends}
+        provider_limits: tuple[Limit, ...] = ()
         if len(providers) == 1:
-            provider_gate = gate_name("provider", next(iter(providers)))
+            only = next(iter(providers))
+            provider_gate = gate_name("provider", only)
             if provider_gate in gates:
                 names.append(provider_gate)
+            provider_limits = _limits(SCOPE_PROVIDER, only, limits_of_provider.get(only))
         routes[route.name] = RoutePolicy(
             name=route.name,
             default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
@@ -173,6 +181,7 @@ def admission_policy(config: Config) -> AdmissionPolicy:
                 for model in route.models
                 if route.rate_limits is not None
             },
+            provider_limits=provider_limits,
         )
     store = admission.store
     return AdmissionPolicy(

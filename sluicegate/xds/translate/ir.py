@@ -295,7 +295,10 @@ def _admission_ir(config: Config) -> AdmissionIR:
     limited = [tenant.rate_limits for tenant in config.tenants]
     limited += [key.rate_limits for tenant in config.tenants for key in tenant.keys]
     limited += [route.rate_limits for route in config.routes]
-    gated = any(route.concurrency is not None for route in config.routes)
+    limited += [provider.rate_limits for provider in config.providers]
+    gated = any(route.concurrency is not None for route in config.routes) or any(
+        provider.concurrency is not None for provider in config.providers
+    )
     token_limits = any(
         kind != "requests"
         for limits in limited
