@@ -227,6 +227,9 @@ class OutlierDetection(_Section):
     # Never eject a provider when that would take more than this share of the route's
     # providers out. 50 lets one of two providers be ejected (Envoy's 10 would not).
     max_ejection_percent: int = Field(default=50, ge=0, le=100)
+    # Count a provider's 429 answers as failures toward consecutive_5xx: a provider that
+    # rate-limits everything is ejected like one that fails (Envoy itself ignores 429).
+    eject_on_429: bool = True
 
 
 # --- active health checks (per provider) -------------------------------------------------

@@ -4,6 +4,7 @@
   (Envoy: outlier_detection.ejections_enforced_total); its failures were retried on the
   healthy provider, so clients saw no error; afterwards it gets no traffic at all;
 - a provider refusing connections is ejected by the local-origin detector;
+- a provider answering 429 to everything is ejected too (Envoy alone ignores 429);
 - an ejection lasts longer each time the provider is ejected again;
 - active health checks keep a dead provider out before any request reaches it; a
   provider that wants a key is healthy (its key-less /models answers 401, below 500).
@@ -51,14 +52,17 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     tmp: Path = tmp_path_factory.mktemp("outlier")
     (tmp / "keyed.key").write_text(KEY + "\n")
-    with mocks("a", "b", "c", "d") as running, closing(mock("keyed", api_key=KEY)) as keyed:
+    with (
+        mocks("a", "b", "c", "d", "e", "f") as running,
+        closing(mock("keyed", api_key=KEY)) as keyed,
+    ):
 
         def url(name: str) -> str:
             return f"http://127.0.0.1:{running[name].port}/v1"
 
         checks = {"interval": "200ms", "timeout": "200ms", "unhealthy_threshold": 1}
         providers = [
-            *({"name": name, "base_url": url(name)} for name in ("a", "b", "c", "d")),
+            *({"name": name, "base_url": url(name)} for name in ("a", "b", "c", "d", "e", "f")),
             {"name": "dead", "base_url": f"http://127.0.0.1:{closed_port()}/v1"},
             {"name": "down", "base_url": f"http://127.0.0.1:{closed_port()}/v1",
              "health_check": checks},
@@ -78,6 +82,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                   outlier_detection={"interval": "500ms", "base_ejection_time": "1s",
                                      "max_ejection_time": "10s"}),
             route("checked", ["down", "keyed"]),
+            # 429s count toward consecutive_5xx (5); the retry goes elsewhere at once.
+            route("eject429", ["e", "f"], retries={"backoff": FAST_BACKOFF, "retry_after_max": 0}),
         ]  # fmt: skip
         with gateway(tmp, document(providers, routes)) as stack:
             yield Setup(stack, {**running, "keyed": keyed})
@@ -167,3 +173,18 @@ def test_active_health_checks_keep_a_dead_provider_out(setup: Setup) -> None:
     assert probes, recent
     assert all(not r["authorization_present"] and r["status"] == 401 for r in probes)
     assert probes[-1]["headers"]["host"] == f"127.0.0.1:{keyed.port}"
+
+
+def test_provider_answering_429_to_everything_is_ejected(setup: Setup) -> None:
+    e, f = setup.mocks["e"], setup.mocks["f"]
+    fault = {"x-mock-fault": "429", "x-mock-fault-provider": "e"}
+    answers = [post(setup.stack, "eject429", fault) for _ in range(20)]
+    assert [x.status for x in answers] == [200] * 20  # e's 429s were retried on f
+    counters = stats(setup.stack, "route-eject429")
+    assert counters["outlier_detection.ejections_enforced_consecutive_5xx"] == 1
+    assert counters["outlier_detection.ejections_active"] == 1
+    assert requests_total(e) == 5  # ejected after its 5th consecutive 429
+    answers = [post(setup.stack, "eject429", fault) for _ in range(10)]
+    assert [x.status for x in answers] == [200] * 10
+    assert requests_total(e) == 5
+    assert requests_total(f) == 30

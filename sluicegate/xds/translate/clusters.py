@@ -61,7 +61,7 @@ from .circuit_breakers import circuit_breakers
 from .endpoints import TRANSPORT_MATCH_KEY, load_assignment
 from .health_checks import health_checks
 from .ir import GatewayIR, LimitsIR, ProviderIR, RouteIR, TlsIR
-from .outlier import outlier_detection
+from .outlier import failure_matcher, outlier_detection
 from .protocol import common_http_protocol_options, explicit_http_config
 from .secrets import credential_filters
 from .timeouts import connect_timeout
@@ -163,6 +163,7 @@ def _http_protocol_options(
         explicit_http_config=explicit_http_config(route),
         common_http_protocol_options=common_http_protocol_options(route),
         http_filters=filters,
+        outlier_detection=failure_matcher(route),
     )
 
 

@@ -21,6 +21,10 @@ while its completions fail must not be let back in by the next health check.
 from __future__ import annotations
 
 from envoy.config.cluster.v3 import outlier_detection_pb2
+from envoy.config.common.matcher.v3 import matcher_pb2
+from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from envoy.type.v3 import range_pb2
 from google.protobuf import wrappers_pb2
 
 from ._proto import duration_ms
@@ -67,3 +71,36 @@ def outlier_detection(route: RouteIR) -> outlier_detection_pb2.OutlierDetection 
             u32(settings.consecutive_local_origin_failure)
         )
     return detection
+
+
+def _status_is(matcher: route_components_pb2.HeaderMatcher) -> matcher_pb2.MatchPredicate:
+    return matcher_pb2.MatchPredicate(
+        http_response_headers_match=matcher_pb2.HttpHeadersMatch(headers=[matcher])
+    )
+
+
+def failure_matcher(
+    route: RouteIR,
+) -> http_protocol_options_pb2.HttpProtocolOptions.OutlierDetection | None:
+    """Which answers outlier detection counts as failures, when 429 must count too.
+
+    Envoy's outlier detection ignores 429, so a provider that rate-limits every request is
+    never ejected and keeps taking first attempts (each then retried elsewhere). With an
+    error matcher in the cluster's HttpProtocolOptions (Envoy 1.35+), an answer that
+    matches is reported as a 5xx and one that does not as a success; so the matcher lists
+    429 and every 5xx, and 5xx answers keep counting as before.
+    """
+    settings = route.settings.outlier_detection
+    if not settings.enabled or not settings.eject_on_429:
+        return None
+    too_many = route_components_pb2.HeaderMatcher(name=":status", exact_match="429")
+    server_error = route_components_pb2.HeaderMatcher(
+        name=":status", range_match=range_pb2.Int64Range(start=500, end=600)
+    )
+    return http_protocol_options_pb2.HttpProtocolOptions.OutlierDetection(
+        error_matcher=matcher_pb2.MatchPredicate(
+            or_match=matcher_pb2.MatchPredicate.MatchSet(
+                rules=[_status_is(too_many), _status_is(server_error)]
+            )
+        )
+    )
