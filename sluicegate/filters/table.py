@@ -64,10 +64,19 @@ class RoutingTable:
     never see a half-built table, so the hot path takes no lock.
     """
 
-    __slots__ = ("_answers", "_routes")
+    __slots__ = ("_answers", "_candidates", "_routes")
 
-    def __init__(self, routes: Mapping[str, RouteInfo] | None = None) -> None:
+    def __init__(
+        self,
+        routes: Mapping[str, RouteInfo] | None = None,
+        candidates: Mapping[str, Sequence[RouteInfo]] | None = None,
+    ) -> None:
+        """`routes`: a model's first route; `candidates`: every route serving a model, in
+        match order, when several serve it under different path prefixes."""
         self._routes: dict[str, RouteInfo] = dict(routes or {})
+        self._candidates: dict[str, tuple[RouteInfo, ...]] = {
+            model: tuple(infos) for model, infos in (candidates or {}).items() if len(infos) > 1
+        }
         self._answers: dict[str, bytes] = {model: _routed_answer(model) for model in self._routes}
 
     @classmethod
@@ -78,11 +87,13 @@ class RoutingTable:
     def from_routes(cls, routes: Iterable[RouteLike]) -> RoutingTable:
         """Build from configured routes; when two routes list a model, the first wins."""
         table: dict[str, RouteInfo] = {}
+        candidates: dict[str, list[RouteInfo]] = {}
         for route in routes:
             info = RouteInfo(route=route.name, path_prefix=route.path_prefix)
             for model in route.models:
                 table.setdefault(model, info)
-        return cls(table)
+                candidates.setdefault(model, []).append(info)
+        return cls(table, candidates)
 
     @classmethod
     def from_entries(
@@ -92,20 +103,33 @@ class RoutingTable:
         route, and a model listed twice keeps its first entry."""
         pairs = entries.items() if isinstance(entries, Mapping) else entries
         table: dict[str, RouteInfo] = {}
+        candidates: dict[str, list[RouteInfo]] = {}
         for model, value in pairs:
-            if isinstance(value, Sequence):
-                if not value:
-                    continue
-                value = value[0]
-            if model not in table:
-                table[model] = (
-                    value
-                    if isinstance(value, RouteInfo)
-                    else RouteInfo(route=value.route, path_prefix=value.path_prefix)
-                )
-        return cls(table)
+            values = value if isinstance(value, Sequence) else [value]
+            infos = [
+                item
+                if isinstance(item, RouteInfo)
+                else RouteInfo(route=item.route, path_prefix=item.path_prefix)
+                for item in values
+            ]
+            if not infos:
+                continue
+            table.setdefault(model, infos[0])
+            candidates.setdefault(model, []).extend(infos)
+        return cls(table, candidates)
 
     def get(self, model: str) -> RouteInfo | None:
+        return self._routes.get(model)
+
+    def route_for(self, model: str, path: str | None) -> RouteInfo | None:
+        """The route Envoy will pick for `model` at `path`: the first whose prefix the path
+        starts with (route order, as Envoy matches), else the model's first route."""
+        candidates = self._candidates.get(model)
+        if candidates is None or path is None:
+            return self._routes.get(model)
+        for info in candidates:
+            if path.startswith(info.path_prefix):
+                return info
         return self._routes.get(model)
 
     def routed_answer(self, model: str) -> bytes | None:

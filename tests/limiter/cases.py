@@ -266,7 +266,21 @@ async def names_may_hold_separators(h: Harness) -> None:
     assert await h.used(b) == [40]
 
 
+async def turned_away_request_gives_its_request_back(h: Harness) -> None:
+    """Usage(0, 0, requests=0): a request the gateway shed never counts on the tenant."""
+    lim = limit("requests", 2)
+    shed, d = await h.reserve([lim], NOTHING)
+    assert d.admitted
+    assert await h.store.reconcile(shed, Usage(0, 0, 0))
+    for _ in range(2):
+        _, d = await h.reserve([lim], NOTHING)
+        assert d.admitted
+    _, d = await h.reserve([lim], NOTHING)
+    assert not d.admitted
+
+
 CASES: list[Callable[[Harness], Awaitable[None]]] = [
+    turned_away_request_gives_its_request_back,
     window_admits_limit_then_refuses,
     all_or_nothing_across_limits,
     too_large_is_checked_first,

@@ -100,7 +100,8 @@ class UsageStream:
                 self._status = int(text) if text.isdigit() else 0
             elif header.key == "content-type":
                 content_type = header_text(header)
-        self._streaming = content_type is not None and "event-stream" in content_type
+        # Media types are case-insensitive (RFC 9110).
+        self._streaming = content_type is not None and "event-stream" in content_type.lower()
         self._parser = usage_parser(content_type)
         if request.response_headers.end_of_stream:
             self.finish()

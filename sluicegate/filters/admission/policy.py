@@ -79,7 +79,8 @@ class AdmissionPolicy:
     def enabled(self) -> bool:
         """Whether any request needs more than model routing."""
         return self.keyring is not None or any(
-            route.gates or route.model_limits for route in self.routes.values()
+            route.gates or route.model_limits or route.provider_limits
+            for route in self.routes.values()
         )
 
     def limits_for(
@@ -177,9 +178,9 @@ def admission_policy(config: Config) -> AdmissionPolicy:
             default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
             gates=tuple(names),
             model_limits={
-                model: _limits(SCOPE_MODEL, model, route.rate_limits)
+                model: limits
                 for model in route.models
-                if route.rate_limits is not None
+                if (limits := _limits(SCOPE_MODEL, model, route.rate_limits))
             },
             provider_limits=provider_limits,
         )

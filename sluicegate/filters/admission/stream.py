@@ -84,6 +84,7 @@ class AdmissionStream:
         "_controller",
         "_counters",
         "_identity",
+        "_path",
         "_policy",
         "_priority_header",
         "_reservation",
@@ -101,6 +102,7 @@ class AdmissionStream:
         self._counters = counters
         self._identity: ClientIdentity | None = None
         self._priority_header: str | None = None
+        self._path: str | None = None
         self._reservation: str | None = None
         self._routed = False
         self._slots: list[Slot] = []
@@ -122,8 +124,9 @@ class AdmissionStream:
         while self._slots:
             self._slots.pop().release()
         if self._reservation is not None and not self._routed:
+            # Turned away by the gateway itself: give back tokens and the request.
             rid, self._reservation = self._reservation, None
-            self._controller.spawn(self._controller.store().reconcile(rid, Usage(0, 0)))
+            self._controller.spawn(self._controller.store().reconcile(rid, Usage(0, 0, 0)))
 
     # ----- request headers ---------------------------------------------------------------
 
@@ -134,6 +137,7 @@ class AdmissionStream:
             return BODILESS_ANSWER
         headers = {h.key: header_text(h) for h in message.headers.headers}
         self._priority_header = headers.get(wire.PRIORITY_HEADER)
+        self._path = headers.get(":path")
         keyring = self._policy.keyring
         if keyring is None:
             return CONTINUE_REQUEST_HEADERS
@@ -156,7 +160,7 @@ class AdmissionStream:
             self._counters.inc(STAGE, outcome.BAD_REQUEST)
             answer = errors.body_error(exc, max_output_tokens=policy.max_output_tokens)
             return self._refuse("bad_request", NO_CLASS, answer)
-        info = self._table.get(facts.model)
+        info = self._table.route_for(facts.model, self._path)
         routed = self._table.routed_answer(facts.model)
         if info is None or routed is None:
             self._counters.inc(STAGE, outcome.MODEL_NOT_FOUND)
@@ -188,9 +192,12 @@ class AdmissionStream:
         )
         decision: Decision | None = None
         if limits:
-            rid = new_reservation_id()
+            # Known before the await: a client gone while Redis answers still gets its
+            # reservation refunded by close().
+            rid = self._reservation = new_reservation_id()
             decision = await self._controller.store().reserve(rid, limits, estimate)
             if not decision.admitted:
+                self._reservation = None
                 outcome_name = (
                     "store_unavailable"
                     if decision.refused_by is None
@@ -199,7 +206,6 @@ class AdmissionStream:
                     else "rate_limited"
                 )
                 return self._refuse(outcome_name, priority, answers.refused(decision))
-            self._reservation = rid
             self._controller.metrics.tokens_reserved.labels(self._tenant_label(), facts.model).inc(
                 estimate.input_tokens + estimate.output_tokens
             )

@@ -76,17 +76,22 @@ class Usage:
 
     input_tokens: int
     output_tokens: int
+    # 1 for a request; 0 only when reconciling one the gateway itself turned away (shed
+    # from a queue, cancelled while waiting): it must not use up the tenant's requests.
+    requests: int = 1
 
     def __post_init__(self) -> None:
         if not _is_int(self.input_tokens) or self.input_tokens < 0:
             raise ValueError(f"input_tokens must be an int >= 0, got {self.input_tokens!r}")
         if not _is_int(self.output_tokens) or self.output_tokens < 0:
             raise ValueError(f"output_tokens must be an int >= 0, got {self.output_tokens!r}")
+        if self.requests not in (0, 1):
+            raise ValueError(f"requests must be 0 or 1, got {self.requests!r}")
 
     def amount(self, kind: Kind) -> int:
-        """Units this usage charges on a limit of `kind` (a request is always 1)."""
+        """Units this usage charges on a limit of `kind`."""
         if kind == "requests":
-            return 1
+            return self.requests
         if kind == "input_tokens":
             return self.input_tokens
         if kind == "output_tokens":

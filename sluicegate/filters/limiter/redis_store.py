@@ -128,7 +128,13 @@ class RedisStore:
             "reconcile",
             RECONCILE,
             [f"{self._base}r:{reservation_id}"],
-            [reservation_id, self._base, actual.input_tokens, actual.output_tokens],
+            [
+                reservation_id,
+                self._base,
+                actual.input_tokens,
+                actual.output_tokens,
+                actual.requests,
+            ],
         )
         return int(reply) == 1
 

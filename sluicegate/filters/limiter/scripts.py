@@ -166,15 +166,17 @@ return reply
 RECONCILE_SOURCE: Final = (
     _COMMON
     + r"""
--- KEYS: record.  ARGV: rid, key base ("sg:{prefix}:"), input tokens, output tokens
+-- KEYS: record.  ARGV: rid, key base ("sg:{prefix}:"), input tokens, output tokens,
+-- requests (1, or 0 for a request the gateway itself turned away)
 local record = KEYS[1]
 local rid, base = ARGV[1], ARGV[2]
 local input, output = tonumber(ARGV[3]), tonumber(ARGV[4])
+local requests = tonumber(ARGV[5] or '1')
 local fields = redis.call('HMGET', record, 't', 'e', 'd')
 if not fields[1] or fields[3] then return 0 end  -- unknown, expired or done
 
 local function amount(kind)
-  if kind == 'requests' then return 1 end
+  if kind == 'requests' then return requests end
   if kind == 'input_tokens' then return input end
   if kind == 'output_tokens' then return output end
   return input + output

@@ -1,0 +1,142 @@
+"""Helpers for the admission unit tests: configs, answers decoded, streams driven by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+from prometheus_client import CollectorRegistry
+
+from sluicegate import wire
+from sluicegate.config import Config, hash_key, load_config_text
+
+from .helpers import body_message, headers_message
+
+# A fixed salt keeps hashing cheap and the config text stable between runs.
+SALT = bytes(range(16))
+
+
+def hashed(key: str) -> str:
+    return hash_key(key, SALT)
+
+
+def config_of(text: str) -> Config:
+    """A validated Config from (dedented) YAML text."""
+    return load_config_text(textwrap.dedent(text), "x.yaml")
+
+
+# The document head most tests extend: one listener, two providers.
+HEAD = """\
+version: 1
+listeners:
+  - name: gw
+    port: 10000
+providers:
+  - name: alpha
+    base_url: http://127.0.0.1:18081/v1
+  - name: beta
+    base_url: http://127.0.0.1:18082/v1
+"""
+
+
+def decode(answer: bytes) -> Any:
+    return ep.ProcessingResponse.FromString(answer)
+
+
+def immediate(answer: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(status, error object, response headers) of an immediate response."""
+    assert answer.WhichOneof("response") == "immediate_response", answer
+    response = answer.immediate_response
+    headers = {h.header.key: h.header.raw_value.decode() for h in response.headers.set_headers}
+    return response.status.code, json.loads(response.body)["error"], headers
+
+
+def metadata_of(answer: Any) -> dict[str, str]:
+    """The answer's dynamic metadata in the sluicegate namespace (empty when none)."""
+    fields = answer.dynamic_metadata.fields
+    if wire.METADATA_NAMESPACE not in fields:
+        return {}
+    inner = fields[wire.METADATA_NAMESPACE].struct_value.fields
+    return {key: value.string_value for key, value in inner.items()}
+
+
+def sample(
+    registry: CollectorRegistry, name: str, labels: Mapping[str, str] | None = None
+) -> float:
+    """A metric sample's value, 0 when it was never set."""
+    value = registry.get_sample_value(name, dict(labels or {}))
+    return 0.0 if value is None else value
+
+
+async def settle(rounds: int = 5) -> None:
+    """Let tasks spawned in the background (reconcile, refund) run."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll `predicate` on the event loop until it holds (AssertionError after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+def chat_body(model: str, *, max_tokens: int | None = None, content: str = "hi") -> bytes:
+    document: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": content}]}
+    if max_tokens is not None:
+        document["max_tokens"] = max_tokens
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def prompt_estimate(content: str = "hi") -> int:
+    """The estimate of chat_body's prompt: the raw `messages` JSON, 4 ASCII chars a token."""
+    text = json.dumps([{"role": "user", "content": content}], separators=(",", ":"))
+    assert text.isascii()
+    return -(-len(text) // 4)
+
+
+class Stream:
+    """One routing-stage Process stream driven message by message (like Envoy does)."""
+
+    def __init__(self, channel: grpc.aio.Channel, stage: str = wire.STAGE_ROUTING) -> None:
+        stub = ep_grpc.ExternalProcessorStub(channel)
+        self.call = stub.Process(metadata=((wire.STAGE_METADATA_KEY, stage),), timeout=10)
+
+    async def send(self, request: Any) -> Any:
+        await self.call.write(request)
+        return await self.call.read()
+
+    async def headers(
+        self,
+        key: str | None = None,
+        extra: Sequence[tuple[str, str]] = (),
+        path: str = "/v1/chat/completions",
+    ) -> Any:
+        pairs = list(extra)
+        if key is not None:
+            pairs.append(("authorization", f"Bearer {key}"))
+        return await self.send(headers_message(path, extra=pairs))
+
+    async def body(self, body: bytes) -> Any:
+        return await self.send(body_message(body))
+
+    async def write_body(self, body: bytes) -> None:
+        """Send the body without waiting for the answer (it may be queued)."""
+        await self.call.write(body_message(body))
+
+    async def close(self) -> None:
+        """The request is over: the client half-closes and the server ends the stream."""
+        await self.call.done_writing()
+        assert await self.call.code() == grpc.StatusCode.OK
+
+    def cancel(self) -> None:
+        self.call.cancel()

@@ -1,0 +1,552 @@
+"""The routing stage with admission, over real gRPC streams to a real ExtProcServer:
+keys, models, priority, reservations, gates (release, cancel, shed) and the open gateway."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+import pytest
+
+from sluicegate import wire
+from sluicegate.filters import ExtProcServer, RoutingTable, admission_policy
+from sluicegate.filters.responses import CONTINUE_REQUEST_HEADERS
+
+from .admission_helpers import (
+    HEAD,
+    Stream,
+    config_of,
+    hashed,
+    immediate,
+    metadata_of,
+    prompt_estimate,
+    sample,
+    wait_until,
+)
+from .admission_helpers import chat_body as body_of
+from .helpers import CHANNEL_OPTIONS, error_of, routed_model
+
+TEAM = "sk-test-team-0001"
+NARROW = "sk-test-narrow-0002"
+TIGHT = "sk-test-tight-0003"
+
+CONFIG = (
+    HEAD
+    + f"""\
+admission:
+  priority_classes:
+    - {{name: interactive, max_queue: 8, max_wait: 5s}}
+    - {{name: standard, max_queue: 8, max_wait: 5s}}
+    - {{name: batch, max_queue: 0, max_wait: 0}}
+  default_priority: standard
+  default_max_tokens: 100
+routes:
+  - name: chat
+    models: [gpt-4o, small]
+    backends: [{{provider: alpha}}]
+  - name: gated
+    models: [gated-model]
+    backends: [{{provider: alpha}}]
+    concurrency: {{max_requests: 1, headroom: 0}}
+  - name: limited
+    models: [limited-model]
+    backends: [{{provider: beta}}]
+    rate_limits: {{tokens: 5000, per: 1m}}
+    default_max_tokens: 40
+tenants:
+  - name: team
+    priority: interactive
+    rate_limits: {{requests: 1000, tokens: 10000, per: 1m}}
+    keys: [{{name: team-key, hash: "{hashed(TEAM)}"}}]
+  - name: narrow
+    models: [small]
+    keys: [{{name: narrow-key, hash: "{hashed(NARROW)}"}}]
+  - name: tight
+    rate_limits: {{tokens: 300, per: 1m}}
+    keys: [{{name: tight-key, hash: "{hashed(TIGHT)}"}}]
+"""
+)
+OPEN = (
+    HEAD
+    + """\
+routes:
+  - name: chat
+    models: [gpt-4o, small]
+    backends: [{provider: alpha}]
+"""
+)
+PROMPT = prompt_estimate()  # chat_body's prompt estimate ("hi")
+
+
+@asynccontextmanager
+async def serving(text: str | None) -> AsyncIterator[tuple[ExtProcServer, grpc.aio.Channel]]:
+    """A started server with the config's table and (when given) its admission policy."""
+    server = ExtProcServer()
+    if text is not None:
+        config = config_of(text)
+        server.update_table(RoutingTable.from_routes(config.routes))
+        server.update_admission(admission_policy(config))
+    else:
+        server.update_table(RoutingTable.from_routes(config_of(OPEN).routes))
+    await server.start("127.0.0.1:0")
+    try:
+        async with grpc.aio.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
+            yield server, channel
+    finally:
+        await server.stop(0)
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[ExtProcServer, grpc.aio.Channel]]:
+    async with serving(CONFIG) as pair:
+        yield pair
+
+
+@pytest.fixture
+def server(served: tuple[ExtProcServer, grpc.aio.Channel]) -> ExtProcServer:
+    return served[0]
+
+
+@pytest.fixture
+def channel(served: tuple[ExtProcServer, grpc.aio.Channel]) -> grpc.aio.Channel:
+    return served[1]
+
+
+def decisions(server: ExtProcServer, outcome: str, priority: str) -> float:
+    return sample(
+        server.admission.metrics.registry,
+        "sluicegate_admission_decisions_total",
+        {"outcome": outcome, "priority": priority},
+    )
+
+
+async def admit(
+    channel: grpc.aio.Channel, key: str, body: bytes, extra: tuple[tuple[str, str], ...] = ()
+) -> tuple[Stream, object]:
+    """Headers (key accepted) then body; returns the open stream and the body's answer."""
+    stream = Stream(channel)
+    headers_answer = await stream.headers(key, extra)
+    assert headers_answer.WhichOneof("response") == "request_headers", headers_answer
+    return stream, await stream.body(body)
+
+
+# ----- the client key --------------------------------------------------------------------
+
+
+async def test_no_key_is_401(channel: grpc.aio.Channel, server: ExtProcServer) -> None:
+    stream = Stream(channel)
+    status, err = error_of(await stream.headers())
+    assert (status, err["code"]) == (401, "missing_api_key")
+    await stream.close()
+    assert decisions(server, "unauthenticated", "none") == 1
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [("authorization", "Bearer sk-test-team-0002")],
+        [("authorization", "Bearer " + TEAM[:-1])],
+        [("x-api-key", "sk-nobody")],
+    ],
+)
+async def test_wrong_key_is_401(channel: grpc.aio.Channel, extra: list[tuple[str, str]]) -> None:
+    stream = Stream(channel)
+    status, err = error_of(await stream.headers(extra=extra))
+    assert (status, err["code"]) == (401, "invalid_api_key")
+    await stream.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [("authorization", f"Bearer {TEAM}")],
+        [("authorization", f"bearer {TEAM}"), ("x-api-key", "junk"), ("api-key", "junk")],
+        [("x-api-key", TEAM)],
+        [("api-key", TEAM)],
+    ],
+)
+async def test_valid_key_is_removed_before_anything_goes_upstream(
+    channel: grpc.aio.Channel, extra: list[tuple[str, str]]
+) -> None:
+    stream = Stream(channel)
+    answer = await stream.headers(extra=extra)
+    assert answer.WhichOneof("response") == "request_headers"
+    common = answer.request_headers.response
+    assert list(common.header_mutation.remove_headers) == ["authorization", "x-api-key", "api-key"]
+    assert not common.header_mutation.set_headers
+    assert not common.clear_route_cache
+    assert routed_model(await stream.body(body_of("gpt-4o"))) == "gpt-4o"
+    await stream.close()
+
+
+# ----- model and priority ---------------------------------------------------------------
+
+
+async def test_model_the_tenant_may_not_use_is_403(
+    channel: grpc.aio.Channel, server: ExtProcServer
+) -> None:
+    stream, answer = await admit(channel, NARROW, body_of("gpt-4o"))
+    status, err = error_of(answer)
+    assert (status, err["code"], err["param"]) == (403, "model_not_allowed", "model")
+    assert "tenant narrow" in err["message"]
+    await stream.close()
+    assert decisions(server, "model_not_allowed", "standard") == 1
+    stream, answer = await admit(channel, NARROW, body_of("small"))
+    assert routed_model(answer) == "small"
+    await stream.close()
+
+
+async def test_unknown_model_is_404_even_for_a_narrow_tenant(channel: grpc.aio.Channel) -> None:
+    stream, answer = await admit(channel, NARROW, body_of("gpt-5"))
+    status, err = error_of(answer)
+    assert (status, err["code"]) == (404, "model_not_found")
+    await stream.close()
+
+
+@pytest.mark.parametrize("asked", ["interactive", "gold", "INTERACTIVE"])
+async def test_priority_above_the_tenant_or_unknown_is_400(
+    channel: grpc.aio.Channel, server: ExtProcServer, asked: str
+) -> None:
+    stream, answer = await admit(
+        channel, NARROW, body_of("small"), ((wire.PRIORITY_HEADER, asked),)
+    )
+    status, err = error_of(answer)
+    assert (status, err["code"], err["param"]) == (400, "invalid_priority", wire.PRIORITY_HEADER)
+    assert err["message"].endswith("your key may use: standard, batch.")
+    await stream.close()
+    assert decisions(server, "bad_request", "none") == 1
+
+
+@pytest.mark.parametrize("asked", ["standard", "batch", " Batch ", ""])
+async def test_priority_at_or_below_the_tenant_routes(
+    channel: grpc.aio.Channel, asked: str
+) -> None:
+    stream, answer = await admit(
+        channel, NARROW, body_of("small"), ((wire.PRIORITY_HEADER, asked),)
+    )
+    assert routed_model(answer) == "small"
+    await stream.close()
+
+
+async def test_bad_body_is_400_before_any_reservation(
+    channel: grpc.aio.Channel, server: ExtProcServer
+) -> None:
+    stream, answer = await admit(channel, TIGHT, b'{"model": "gpt-4o", "max_tokens": 0}')
+    status, _ = error_of(answer)
+    assert status == 400
+    await stream.close()
+    # Nothing was reserved: the whole tight budget is still there.
+    stream, answer = await admit(channel, TIGHT, body_of("gpt-4o", max_tokens=10))
+    assert metadata_of(answer)["ratelimit_remaining_tokens"] == str(300 - PROMPT - 10)
+    await stream.close()
+
+
+# ----- reservations -----------------------------------------------------------------------
+
+
+async def test_admitted_body_routes_with_the_reservation_in_metadata(
+    channel: grpc.aio.Channel, server: ExtProcServer
+) -> None:
+    stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=50))
+    assert routed_model(answer) == "gpt-4o"
+    values = metadata_of(answer)
+    reservation = values.pop(wire.META_RESERVATION)
+    assert reservation
+    assert values == {
+        wire.META_TENANT: "team",
+        wire.META_MODEL: "gpt-4o",
+        wire.META_ESTIMATE_INPUT: str(PROMPT),
+        wire.META_ESTIMATE_OUTPUT: "50",
+        "ratelimit_limit_requests": "1000",
+        "ratelimit_remaining_requests": "999",
+        "ratelimit_reset_requests": "1m0s",
+        "ratelimit_limit_tokens": "10000",
+        "ratelimit_remaining_tokens": str(10000 - PROMPT - 50),
+        "ratelimit_reset_tokens": "1m0s",
+    }
+    # Every x-ratelimit-* header the routes add finds its metadata key.
+    assert {key for _, key in wire.RATELIMIT_HEADERS} <= set(metadata_of(answer))
+    await stream.close()
+    registry = server.admission.metrics.registry
+    labels = {"tenant": "team", "model": "gpt-4o"}
+    assert sample(registry, "sluicegate_tokens_reserved_total", labels) == PROMPT + 50
+    assert decisions(server, "admitted", "interactive") == 1
+
+    stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=50))
+    again = metadata_of(answer)
+    assert again[wire.META_RESERVATION] not in ("", reservation)
+    assert again["ratelimit_remaining_requests"] == "998"
+    assert again["ratelimit_remaining_tokens"] == str(10000 - 2 * (PROMPT + 50))
+    await stream.close()
+
+
+async def test_route_default_max_tokens_and_model_limit_apply(channel: grpc.aio.Channel) -> None:
+    stream, answer = await admit(channel, TEAM, body_of("limited-model"))
+    values = metadata_of(answer)
+    assert values[wire.META_ESTIMATE_OUTPUT] == "40"  # the route's default_max_tokens
+    # The model's 5000 is tighter than the tenant's 10000.
+    assert values["ratelimit_limit_tokens"] == "5000"
+    assert values["ratelimit_remaining_tokens"] == str(5000 - PROMPT - 40)
+    await stream.close()
+    stream, answer = await admit(channel, TEAM, body_of("gpt-4o"))
+    assert metadata_of(answer)[wire.META_ESTIMATE_OUTPUT] == "100"  # admission's default
+    await stream.close()
+
+
+async def test_tenant_without_limits_routes_without_a_reservation(
+    channel: grpc.aio.Channel,
+) -> None:
+    stream, answer = await admit(channel, NARROW, body_of("small", max_tokens=5))
+    assert routed_model(answer) == "small"
+    assert metadata_of(answer) == {wire.META_TENANT: "narrow", wire.META_MODEL: "small"}
+    await stream.close()
+
+
+async def test_over_the_tokens_limit_is_429(
+    channel: grpc.aio.Channel, server: ExtProcServer
+) -> None:
+    stream, answer = await admit(channel, TIGHT, body_of("gpt-4o", max_tokens=200))
+    assert routed_model(answer) == "gpt-4o"
+    await stream.close()
+    stream, answer = await admit(channel, TIGHT, body_of("gpt-4o", max_tokens=200))
+    status, err, headers = immediate(answer)
+    assert (status, err["type"], err["code"]) == (429, "tokens", "rate_limit_exceeded")
+    assert f"requested {PROMPT + 200}" in err["message"]
+    assert 1 <= int(headers["retry-after"]) <= 60
+    assert headers["x-ratelimit-limit-tokens"] == "300"
+    assert headers["x-ratelimit-remaining-tokens"] == str(300 - PROMPT - 200)
+    await stream.close()
+    assert decisions(server, "rate_limited", "standard") == 1
+
+
+async def test_a_request_that_can_never_fit_is_429_too_large(
+    channel: grpc.aio.Channel, server: ExtProcServer
+) -> None:
+    stream, answer = await admit(channel, TIGHT, body_of("gpt-4o", max_tokens=400))
+    status, err, headers = immediate(answer)
+    assert (status, err["code"]) == (429, "request_too_large")
+    assert headers["x-should-retry"] == "false" and "retry-after" not in headers
+    await stream.close()
+    assert decisions(server, "too_large", "standard") == 1
+
+
+# ----- gates ----------------------------------------------------------------------------
+
+
+async def test_second_request_waits_until_the_first_stream_ends(
+    channel: grpc.aio.Channel, server: ExtProcServer
+) -> None:
+    gate = server.admission.gates["route:gated"]
+    body = body_of("gated-model", max_tokens=10)
+    first, answer = await admit(channel, TEAM, body)
+    assert routed_model(answer) == "gated-model"
+    assert (gate.in_flight, gate.in_flight_tokens) == (1, PROMPT + 10)
+
+    second = Stream(channel)
+    await second.headers(TEAM)
+    await second.write_body(body)
+    pending = asyncio.ensure_future(second.call.read())
+    await wait_until(lambda: gate.depth("interactive") == 1)
+    await asyncio.sleep(0.05)
+    assert not pending.done()  # still queued behind the first
+
+    await first.close()  # the request is over: its slot is released
+    answer = await asyncio.wait_for(pending, 5)
+    assert routed_model(answer) == "gated-model"
+    assert (gate.in_flight, gate.depth("interactive")) == (1, 0)
+    await second.close()
+    await wait_until(lambda: gate.in_flight == 0)
+    assert gate.in_flight_tokens == 0
+
+
+async def test_queued_request_cancelled_by_the_client_holds_nothing(
+    channel: grpc.aio.Channel, server: ExtProcServer
+) -> None:
+    gate = server.admission.gates["route:gated"]
+    body = body_of("gated-model", max_tokens=10)
+    estimate = PROMPT + 10
+    first, answer = await admit(channel, TEAM, body)
+    assert metadata_of(answer)["ratelimit_remaining_tokens"] == str(10000 - estimate)
+
+    queued = Stream(channel)
+    await queued.headers(TEAM)
+    await queued.write_body(body)
+    await wait_until(lambda: gate.depth("interactive") == 1)
+    queued.cancel()  # the client went away while waiting
+    await wait_until(lambda: gate.depth("interactive") == 0 and gate.queued == 0)
+    assert gate.in_flight == 1  # only the first request
+
+    await first.close()
+    await wait_until(lambda: gate.in_flight == 0)
+    # The cancelled request's tokens were given back: only the first one is still charged.
+    third, answer = await admit(channel, TEAM, body)
+    assert metadata_of(answer)["ratelimit_remaining_tokens"] == str(10000 - 2 * estimate)
+    await third.close()
+    await wait_until(lambda: gate.in_flight == 0)
+
+
+async def test_shed_request_is_503_and_its_reservation_refunded(
+    channel: grpc.aio.Channel, server: ExtProcServer
+) -> None:
+    gate = server.admission.gates["route:gated"]
+    body = body_of("gated-model", max_tokens=10)
+    estimate = PROMPT + 10
+    first, answer = await admit(channel, TEAM, body)
+    assert metadata_of(answer)["ratelimit_remaining_tokens"] == str(10000 - estimate)
+
+    # The batch class never queues: with the one slot taken it is shed at once.
+    shed, answer = await admit(channel, TEAM, body, ((wire.PRIORITY_HEADER, "batch"),))
+    status, err, headers = immediate(answer)
+    assert (status, err["type"], err["code"]) == (503, "server_error", "queue_full")
+    assert int(headers["retry-after"]) >= 1
+    await shed.close()
+    assert decisions(server, "shed_queue_full", "batch") == 1
+    assert (gate.in_flight, gate.queued) == (1, 0)
+
+    await first.close()
+    await wait_until(lambda: gate.in_flight == 0)
+    third, answer = await admit(channel, TEAM, body)
+    assert routed_model(answer) == "gated-model"
+    # Without the refund this would be 10000 - 3 * estimate.
+    assert metadata_of(answer)["ratelimit_remaining_tokens"] == str(10000 - 2 * estimate)
+    await third.close()
+    await wait_until(lambda: gate.in_flight == 0)
+
+
+@pytest.mark.parametrize(("max_tokens", "status"), [(10**6, 429), (10**6 + 1, 400)])
+async def test_refused_request_never_takes_a_slot(
+    channel: grpc.aio.Channel, server: ExtProcServer, max_tokens: int, status: int
+) -> None:
+    gate = server.admission.gates["route:gated"]
+    # 10**6 is admission.max_output_tokens: far over the team's tokens; one more is a 400.
+    stream, answer = await admit(channel, TEAM, body_of("gated-model", max_tokens=max_tokens))
+    assert error_of(answer)[0] == status
+    assert (gate.in_flight, gate.queued) == (0, 0)
+    await stream.close()
+
+
+# ----- the open gateway -----------------------------------------------------------------
+
+OPEN_BODIES = [
+    body_of("gpt-4o"),
+    body_of("small", max_tokens=5),
+    b'{"model": "gpt-4o", "max_tokens": 0, "n": 100000}',  # not read without admission
+    b'{"model": "unknown"}',
+    b"not json",
+    b'{"messages": []}',
+]
+
+
+async def test_open_gateway_routes_exactly_as_without_admission() -> None:
+    assert not admission_policy(config_of(OPEN)).enabled
+    async with serving(OPEN) as (_, open_channel), serving(None) as (_, plain_channel):
+        for body in OPEN_BODIES:
+            answers = []
+            for channel in (open_channel, plain_channel):
+                stream = Stream(channel)
+                headers = await stream.headers(extra=[("authorization", "Bearer sk-client")])
+                assert headers.SerializeToString() == CONTINUE_REQUEST_HEADERS  # key kept
+                answers.append(await stream.body(body))
+                await stream.close()
+            assert answers[0] == answers[1], body
+            assert not answers[0].HasField("dynamic_metadata")
+            if body == OPEN_BODIES[2]:
+                assert routed_model(answers[0]) == "gpt-4o"  # forwarded as before
+
+
+async def test_open_gateway_with_a_gate_only_admits_anonymously() -> None:
+    text = OPEN.replace("    backends:", "    concurrency: {max_requests: 1}\n    backends:")
+    async with serving(text) as (server, channel):
+        stream = Stream(channel)
+        headers = await stream.headers(extra=[("authorization", "Bearer sk-client")])
+        assert headers.SerializeToString() == CONTINUE_REQUEST_HEADERS  # nothing to check
+        answer = await stream.body(body_of("gpt-4o"))
+        assert routed_model(answer) == "gpt-4o"
+        assert metadata_of(answer) == {wire.META_TENANT: "anonymous", wire.META_MODEL: "gpt-4o"}
+        assert server.admission.gates["route:chat"].in_flight == 1
+        await stream.close()
+        await wait_until(lambda: server.admission.gates["route:chat"].in_flight == 0)
+
+
+# ----- a model served under two path prefixes -------------------------------------------
+
+TWO_PREFIXES = (
+    HEAD
+    + """\
+admission:
+  priority_classes:
+    - {name: standard, max_queue: 0, max_wait: 0}
+routes:
+  - name: main
+    models: [m]
+    backends: [{provider: alpha}]
+    concurrency: {max_requests: 1, headroom: 0}
+  - name: team
+    path_prefix: /team/v1/
+    models: [m]
+    backends: [{provider: beta}]
+"""
+)
+
+
+async def test_gate_of_the_route_the_path_selects() -> None:
+    async with serving(TWO_PREFIXES) as (server, channel):
+        first = Stream(channel)
+        await first.headers()
+        assert routed_model(await first.body(body_of("m"))) == "m"
+        assert server.admission.gates["route:main"].in_flight == 1
+        # Route `team` has no gate: Envoy sends this one to beta whatever main is doing.
+        other = Stream(channel)
+        await other.headers(path="/team/v1/chat/completions")
+        answer = await other.body(body_of("m"))
+        await other.close()
+        await first.close()
+        assert answer.WhichOneof("response") == "request_body", immediate(answer)
+
+
+# ----- provider rate limits -------------------------------------------------------------
+
+PROVIDER_LIMITED = OPEN.replace(
+    "    base_url: http://127.0.0.1:18081/v1\n",
+    "    base_url: http://127.0.0.1:18081/v1\n    rate_limits: {requests: 1, per: 1m}\n",
+)
+WITH_TENANT = (
+    PROVIDER_LIMITED
+    + f"""\
+tenants:
+  - name: team
+    keys: [{{name: team-key, hash: "{hashed(TEAM)}"}}]
+"""
+)
+
+
+async def two_requests(channel: grpc.aio.Channel, key: str | None) -> list[object]:
+    answers = []
+    for _ in range(2):
+        stream = Stream(channel)
+        await stream.headers(key)
+        answers.append(await stream.body(body_of("gpt-4o")))
+        await stream.close()
+    return answers
+
+
+async def test_provider_limit_applies_to_a_tenant() -> None:
+    async with serving(WITH_TENANT) as (_, channel):
+        first, second = await two_requests(channel, TEAM)
+        assert routed_model(first) == "gpt-4o"
+        assert metadata_of(first)["ratelimit_remaining_requests"] == "0"
+        status, err, headers = immediate(second)
+        assert (status, err["type"], err["code"]) == (429, "requests", "rate_limit_exceeded")
+        assert "provider alpha on requests per min" in err["message"]
+        assert headers["x-ratelimit-limit-requests"] == "1"
+
+
+async def test_provider_limit_applies_without_tenants() -> None:
+    async with serving(PROVIDER_LIMITED) as (_, channel):
+        first, second = await two_requests(channel, None)
+        assert routed_model(first) == "gpt-4o"
+        assert metadata_of(first)["ratelimit_remaining_requests"] == "0"
+        status, err, _ = immediate(second)
+        assert (status, err["code"]) == (429, "rate_limit_exceeded")
