@@ -29,7 +29,7 @@ from sluicegate.config import (
 )
 from sluicegate.filters import AdmissionPolicy, RoutingTable, admission_policy
 from sluicegate.xds.server import Snapshot, SnapshotCache
-from sluicegate.xds.translate import build_ir, routing_table_entries, translate
+from sluicegate.xds.translate import RouteMemo, build_ir, routing_table_entries, translate
 
 log = logging.getLogger("sluicegate.control_plane")
 
@@ -67,6 +67,8 @@ class ControlPlane:
         self.keys: dict[str, str | None] = {}
         # Providers drained live by `sluicegate drain` (the file's `drain: true` adds to these).
         self.drained: set[str] = set()
+        # Per-route resources of the last push, reused for routes a reload left alone.
+        self._memo = RouteMemo()
 
     def watched_paths(self) -> list[Path]:
         """The config file, then the key files its last good version names (resolved as
@@ -117,7 +119,7 @@ class ControlPlane:
         for warning in warnings:
             log.warning("%s", warning)
         ir = build_ir(effective, self.keys)
-        snapshot = Snapshot.from_resources(translate(ir))
+        snapshot = Snapshot.from_resources(translate(ir, self._memo))
         changed = _changed_types(self.snapshot, snapshot)
         self.config = config
         self.snapshot = snapshot

@@ -38,6 +38,8 @@ keeps per host: per_host_thresholds.max_connections, ejection state, health.
 
 from __future__ import annotations
 
+from functools import partial
+
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
 from envoy.config.core.v3 import base_pb2, config_source_pb2
@@ -61,6 +63,7 @@ from .circuit_breakers import circuit_breakers
 from .endpoints import TRANSPORT_MATCH_KEY, load_assignment
 from .health_checks import health_checks
 from .ir import GatewayIR, LimitsIR, ProviderIR, RouteIR, TlsIR
+from .memo import RouteMemo
 from .outlier import failure_matcher, outlier_detection
 from .protocol import common_http_protocol_options, explicit_http_config
 from .secrets import credential_filters
@@ -76,9 +79,15 @@ UPSTREAM_CODEC_FILTER = "envoy.filters.http.upstream_codec"
 ATTEMPT_ATTRIBUTES = ("xds.route_metadata", wire.UPSTREAM_HOST_METADATA_ATTRIBUTE)
 
 
-def build_clusters(ir: GatewayIR) -> list[cluster_pb2.Cluster]:
-    """One cluster per route, sorted by name."""
-    clusters = [_cluster(route, ir.limits) for route in ir.routes]
+def build_clusters(ir: GatewayIR, memo: RouteMemo | None = None) -> list[cluster_pb2.Cluster]:
+    """One cluster per route, sorted by name (unchanged routes' from `memo`)."""
+    if memo is None:
+        clusters = [_cluster(route, ir.limits) for route in ir.routes]
+    else:
+        clusters = [
+            memo.get("cluster", route, ir.limits, partial(_cluster, route, ir.limits))
+            for route in ir.routes
+        ]
     return sorted(clusters, key=lambda cluster: cluster.name)
 
 

@@ -19,6 +19,7 @@ into a DNS cluster (clusters.py).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from envoy.config.core.v3 import address_pb2, base_pb2
@@ -31,14 +32,23 @@ from sluicegate import wire
 from ._proto import struct
 from .health_checks import endpoint_health_check_config
 from .ir import BackendIR, GatewayIR, RouteIR
+from .memo import RouteMemo
 
 TRANSPORT_SOCKET_MATCH = "envoy.transport_socket_match"
 TRANSPORT_MATCH_KEY = "provider"
 
 
-def build_endpoints(ir: GatewayIR) -> list[endpoint_pb2.ClusterLoadAssignment]:
+def build_endpoints(
+    ir: GatewayIR, memo: RouteMemo | None = None
+) -> list[endpoint_pb2.ClusterLoadAssignment]:
     """ClusterLoadAssignments for the EDS clusters, sorted by cluster name."""
-    assignments = [load_assignment(route) for route in ir.routes if route.uses_eds]
+    assignments = [
+        load_assignment(route)
+        if memo is None
+        else memo.get("endpoints", route, ir.limits, partial(load_assignment, route))
+        for route in ir.routes
+        if route.uses_eds
+    ]
     return sorted(assignments, key=lambda item: item.cluster_name)
 
 

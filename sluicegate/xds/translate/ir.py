@@ -11,6 +11,7 @@ Everything here is pure: no environment, no files, no clock. Keys arrive in `api
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -319,6 +320,7 @@ def normalize_path_prefix(prefix: str) -> str:
     return prefix.rstrip("/") + "/"
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
@@ -378,9 +380,7 @@ def _health_check_ir(check: HealthCheck | None, path_prefix: str) -> HealthCheck
     )
 
 
-def _route_ir(
-    route: Route, providers: Mapping[str, ProviderIR], defaults: Resilience
-) -> RouteIR:
+def _route_ir(route: Route, providers: Mapping[str, ProviderIR], defaults: Resilience) -> RouteIR:
     seen: set[str] = set()
     for backend in route.backends:
         if backend.provider not in providers:

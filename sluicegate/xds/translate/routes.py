@@ -22,6 +22,8 @@ Order (first match wins):
 
 from __future__ import annotations
 
+from functools import partial
+
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
@@ -37,6 +39,7 @@ from ._proto import pack, struct
 from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE, model_body, models_list_body
 from .faults import FAULT_FILTER, route_fault
 from .ir import GatewayIR, RouteIR
+from .memo import RouteMemo
 from .retries import retry_policy
 from .timeouts import apply_route_timeouts
 
@@ -48,9 +51,11 @@ META_ROUTE = "route"
 _EXT_PROC_DISABLED = pack(ext_proc_pb2.ExtProcPerRoute(disabled=True))
 
 
-def build_route_configurations(ir: GatewayIR) -> list[route_pb2.RouteConfiguration]:
+def build_route_configurations(
+    ir: GatewayIR, memo: RouteMemo | None = None
+) -> list[route_pb2.RouteConfiguration]:
     """The same routes for every listener, under each listener's RDS name."""
-    routes = _routes(ir)
+    routes = _routes(ir, memo)
     virtual_host = rc.VirtualHost(
         name=VIRTUAL_HOST,
         domains=["*"],
@@ -95,16 +100,25 @@ def _largest_direct_body(routes: list[rc.Route]) -> UInt32Value:
     return UInt32Value(value=max(4096, largest))
 
 
-def _routes(ir: GatewayIR) -> list[rc.Route]:
+def _routes(ir: GatewayIR, memo: RouteMemo | None = None) -> list[rc.Route]:
     routes: list[rc.Route] = []
     for prefix in ir.path_prefixes:
         models = sorted(
             {m for route in ir.routes if route.path_prefix == prefix for m in route.models}
         )
         routes.append(_json_route(f"{prefix}models", models_list_body(models)))
-        routes.extend(_json_route(f"{prefix}models/{model}", model_body(model)) for model in models)
+        for model in models:
+            path = f"{prefix}models/{model}"
+            if memo is None:
+                routes.append(_model_listing(path, model))
+            else:
+                routes.append(memo.reuse(("listing", path), partial(_model_listing, path, model)))
     for route in ir.routes:
-        routes.extend(_model_route(route, model) for model in route.models)
+        if memo is None:
+            routes.extend(_model_route(route, model) for model in route.models)
+        else:
+            build = partial(_model_routes, route)
+            routes.extend(memo.get("model_routes", route, ir.limits, build))
     # Longest prefix first, so the most specific fallback is the one first matched.
     for prefix in sorted(ir.path_prefixes, key=lambda p: (-len(p), p)):
         routes.append(_not_found(prefix, ext_proc=True))
@@ -129,6 +143,10 @@ def _not_found(prefix: str, *, ext_proc: bool) -> rc.Route:
     return route
 
 
+def _model_listing(path: str, model: str) -> rc.Route:
+    return _json_route(path, model_body(model))
+
+
 def _json_route(path: str, body: bytes) -> rc.Route:
     """GET `path` → 200 with a fixed JSON body, without calling ext_proc."""
     return rc.Route(
@@ -151,6 +169,10 @@ def _json_route(path: str, body: bytes) -> rc.Route:
         ],
         typed_per_filter_config={EXT_PROC_FILTER: _EXT_PROC_DISABLED},
     )
+
+
+def _model_routes(route: RouteIR) -> list[rc.Route]:
+    return [_model_route(route, model) for model in route.models]
 
 
 def _model_route(route: RouteIR, model: str) -> rc.Route:

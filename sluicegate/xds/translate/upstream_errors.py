@@ -82,8 +82,7 @@ UPSTREAM_ERRORS: tuple[UpstreamError, ...] = (
     UpstreamError(
         "upstream_overflow",
         503,
-        "Too many requests in flight to this model's providers (a pool limit); "
-        "try again shortly",
+        "Too many requests in flight to this model's providers (a pool limit); try again shortly",
         flags=("UO",),
         retry_after_s=1,
     ),
