@@ -3,7 +3,9 @@
 - a provider answering 503 to everything is ejected after 3 gateway failures
   (Envoy: outlier_detection.ejections_enforced_total); its failures were retried on the
   healthy provider, so clients saw no error; afterwards it gets no traffic at all;
-- a provider refusing connections is ejected by the local-origin detector;
+- a provider refusing connections is ejected: by default its refused connections count as
+  gateway failures, or apart when consecutive_local_origin_failure is set;
+- a hung provider is ejected even with one client at a time (not in split mode);
 - a provider answering 429 to everything is ejected too (Envoy alone ignores 429);
 - an ejection lasts longer each time the provider is ejected again;
 - active health checks keep a dead provider out before any request reaches it; a
@@ -53,7 +55,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     tmp: Path = tmp_path_factory.mktemp("outlier")
     (tmp / "keyed.key").write_text(KEY + "\n")
     with (
-        mocks("a", "b", "c", "d", "e", "f") as running,
+        mocks(*"abcdefgh") as running,
         closing(mock("keyed", api_key=KEY)) as keyed,
     ):
 
@@ -62,7 +64,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
         checks = {"interval": "200ms", "timeout": "200ms", "unhealthy_threshold": 1}
         providers = [
-            *({"name": name, "base_url": url(name)} for name in ("a", "b", "c", "d", "e", "f")),
+            *({"name": name, "base_url": url(name)} for name in "abcdefgh"),
             {"name": "dead", "base_url": f"http://127.0.0.1:{closed_port()}/v1"},
             {"name": "down", "base_url": f"http://127.0.0.1:{closed_port()}/v1",
              "health_check": checks},
@@ -84,6 +86,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             route("checked", ["down", "keyed"]),
             # 429s count toward consecutive_5xx (5); the retry goes elsewhere at once.
             route("eject429", ["e", "f"], retries={"backoff": FAST_BACKOFF, "retry_after_max": 0}),
+            # A hung provider: every attempt times out after first_byte.
+            route("hung", ["g", "h"], timeouts={"first_byte": "300ms"}),
         ]  # fmt: skip
         with gateway(tmp, document(providers, routes)) as stack:
             yield Setup(stack, {**running, "keyed": keyed})
@@ -188,3 +192,17 @@ def test_provider_answering_429_to_everything_is_ejected(setup: Setup) -> None:
     assert [x.status for x in answers] == [200] * 10
     assert requests_total(e) == 5
     assert requests_total(f) == 30
+
+
+def test_hung_provider_is_ejected_even_with_one_sequential_client(setup: Setup) -> None:
+    """Each attempt on g connects fine, then times out. With connection successes counted
+    apart from failures (Envoy's split mode), every new connection would reset g's count
+    and one client at a time would never get it ejected."""
+    g, h = setup.mocks["g"], setup.mocks["h"]
+    fault = {"x-mock-fault": "hang", "x-mock-fault-provider": "g"}
+    answers = [post(setup.stack, "hung", fault) for _ in range(12)]
+    assert [x.status for x in answers] == [200] * 12  # each timed-out attempt retried on h
+    counters = stats(setup.stack, "route-hung")
+    assert counters["outlier_detection.ejections_active"] == 1
+    assert requests_total(g) == 3  # ejected after 3 consecutive timeouts (gateway failures)
+    assert requests_total(h) == 12

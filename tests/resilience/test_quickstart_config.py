@@ -45,7 +45,7 @@ def test_quickstart_config_dump_shows_the_resilience_settings(tmp_path: Path) ->
         assert outlier["enforcing_consecutive_gateway_failure"] == 100
         assert outlier["enforcing_failure_percentage"] == 0
         assert outlier["max_ejection_percent"] == 50
-        assert outlier["split_external_local_origin_errors"] is True
+        assert outlier.get("split_external_local_origin_errors", False) is False
         (check,) = mini["health_checks"]
         assert check["http_health_check"]["path"] == "/v1/models"
         options = mini["typed_extension_protocol_options"][

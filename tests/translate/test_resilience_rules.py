@@ -176,13 +176,20 @@ def test_outlier_detection_sets_every_enforcing_field() -> None:
     assert enforcing == {
         "enforcing_consecutive_5xx": 100,
         "enforcing_consecutive_gateway_failure": 100,
-        "enforcing_consecutive_local_origin_failure": 100,
+        "enforcing_consecutive_local_origin_failure": 0,
         "enforcing_success_rate": 0,
         "enforcing_local_origin_success_rate": 0,
         "enforcing_failure_percentage": 0,
         "enforcing_failure_percentage_local_origin": 0,
     }
-    assert detection.split_external_local_origin_errors
+    # Connection-level failures count as gateway failures unless asked to count apart.
+    assert not detection.split_external_local_origin_errors
+    split = cluster(
+        gateway(TWO, defaults="  outlier_detection: {consecutive_local_origin_failure: 4}")
+    ).outlier_detection
+    assert split.split_external_local_origin_errors
+    assert split.consecutive_local_origin_failure.value == 4
+    assert split.enforcing_consecutive_local_origin_failure.value == 100
     assert detection.max_ejection_percent.value == 50
     assert (detection.base_ejection_time.seconds, detection.max_ejection_time.seconds) == (
         30, 300,

@@ -6,9 +6,12 @@ route of two or three providers ejects on statistics too thin to mean anything. 
 three consecutive-failure detectors are on (100) unless their count is 0, the
 statistical ones off (0).
 
-`split_external_local_origin_errors`: HTTP answers (5xx, 502/503/504) and failures Envoy
-sees itself (connect failure, reset, attempt timeout) have separate counters, so a
-provider refusing connections is ejected after `consecutive_local_origin_failure` of them.
+`split_external_local_origin_errors` is off unless `consecutive_local_origin_failure` is
+set: failures Envoy sees itself (connect failure, reset, attempt timeout) then count as
+503/504, toward consecutive_gateway_failure and consecutive_5xx. In split mode Envoy
+reports every connection it gets to a provider as a local-origin success, which resets
+that count: a provider that accepts connections and hangs is then never ejected while
+few clients call it (checked on Envoy 1.40; tests/resilience/test_outlier.py).
 
 An ejection lasts base_ejection_time times the number of ejections of that provider,
 capped at max_ejection_time. Envoy ejects only while (ejected + 1) / providers stays within
@@ -41,15 +44,17 @@ def outlier_detection(route: RouteIR) -> outlier_detection_pb2.OutlierDetection 
     def u32(value: int) -> wrappers_pb2.UInt32Value:
         return wrappers_pb2.UInt32Value(value=value)
 
-    def enforcing(count: int) -> wrappers_pb2.UInt32Value:
+    def enforcing(count: int | None) -> wrappers_pb2.UInt32Value:
         return u32(ENFORCED if count else 0)
+
+    split = settings.consecutive_local_origin_failure is not None
 
     detection = outlier_detection_pb2.OutlierDetection(
         enforcing_consecutive_5xx=enforcing(settings.consecutive_5xx),
         enforcing_consecutive_gateway_failure=enforcing(settings.consecutive_gateway_failure),
-        split_external_local_origin_errors=True,
+        split_external_local_origin_errors=split,
         enforcing_consecutive_local_origin_failure=enforcing(
-            settings.consecutive_local_origin_failure
+            settings.consecutive_local_origin_failure if split else 0
         ),
         enforcing_success_rate=u32(0),
         enforcing_local_origin_success_rate=u32(0),
@@ -66,7 +71,7 @@ def outlier_detection(route: RouteIR) -> outlier_detection_pb2.OutlierDetection 
         detection.consecutive_5xx.CopyFrom(u32(settings.consecutive_5xx))
     if settings.consecutive_gateway_failure:
         detection.consecutive_gateway_failure.CopyFrom(u32(settings.consecutive_gateway_failure))
-    if settings.consecutive_local_origin_failure:
+    if split and settings.consecutive_local_origin_failure:
         detection.consecutive_local_origin_failure.CopyFrom(
             u32(settings.consecutive_local_origin_failure)
         )
