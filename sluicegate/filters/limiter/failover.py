@@ -152,6 +152,8 @@ class FailoverStore:
         )
 
     async def _probe_until_up(self) -> None:
+        # Connections from before the outage may be dead; new ones are made on demand.
+        await self._primary.drop_connections()
         while True:
             await asyncio.sleep(self._probe_interval_s)
             try:

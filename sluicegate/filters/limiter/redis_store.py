@@ -9,10 +9,11 @@ each operation; every failure surfaces as StoreUnavailable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -39,6 +40,21 @@ _ADMITTED, _REFUSED, _TOO_LARGE, _ID_IN_USE = 1, 0, 2, -1
 _DEADLINE_FACTOR = 3
 
 
+
+def _pool_options() -> dict[str, Any]:
+    """redis-py 7+ hands out pooled connections the server already closed while its
+    "maintenance notifications" are on (the default, "auto"): after a Redis restart each
+    old connection fails once, and the limiter would go down again. Off, the pool checks
+    and replaces them. Older redis-py has no such option and checks anyway."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # pragma: no cover - redis-py before 7
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
+_POOL_OPTIONS: Final = _pool_options()
+
 class RedisStore:
     """LimiterStore in Redis (standalone or Cluster: all keys share one slot)."""
 
@@ -60,6 +76,7 @@ class RedisStore:
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 0),
             retry_on_error=[],
+            **_POOL_OPTIONS,
         )
         self._base = f"sg:{{{key_prefix}}}:"
         self._deadline_s = timeout_s * _DEADLINE_FACTOR
@@ -137,6 +154,12 @@ class RedisStore:
             ],
         )
         return int(reply) == 1
+
+    async def drop_connections(self) -> None:
+        """Close every pooled connection: after Redis restarts, the old ones would each
+        fail once on first use (the pool hands them out without noticing)."""
+        with contextlib.suppress(RedisError, OSError):
+            await self._client.connection_pool.disconnect()
 
     async def ping(self) -> None:
         """Raise StoreUnavailable unless Redis answers now (FailoverStore's probe)."""
