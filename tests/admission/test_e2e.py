@@ -19,7 +19,7 @@ import pytest
 from openai import OpenAI
 
 from sluicegate.config import hash_key
-from tests.e2e.stack import Stack, running_stack
+from tests.e2e.stack import Stack, own_addresses, running_stack
 from tests.ports import free_ports
 
 pytestmark = pytest.mark.e2e
@@ -36,15 +36,10 @@ TIGHT_WINDOW = "4s"
 
 
 def document(tmp: Path) -> dict[str, Any]:
-    xds, ext_proc, http, admin, listen, alpha, keyless, capped = free_ports(8)
+    listen, alpha, keyless, capped = free_ports(4)
     return {
         "version": 1,
-        "sluicegate": {
-            "xds": f"127.0.0.1:{xds}",
-            "ext_proc": f"127.0.0.1:{ext_proc}",
-            "http": f"127.0.0.1:{http}",
-            "envoy_admin": f"127.0.0.1:{admin}",
-        },
+        "sluicegate": own_addresses(),
         "admission": {
             "priority_classes": [
                 {"name": "interactive", "max_queue": 16, "max_wait": "5s"},

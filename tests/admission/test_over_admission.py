@@ -25,7 +25,7 @@ import pytest
 
 from sluicegate.config import hash_key
 from sluicegate.filters.request_facts import inspect_request
-from tests.e2e.stack import Stack, running_stack
+from tests.e2e.stack import Stack, own_addresses, running_stack
 from tests.ports import free_ports
 from tests.redis_server import RedisServer
 
@@ -43,16 +43,10 @@ SLACK_S = 0.3
 
 
 def document(replicas: list[str], store: dict[str, Any]) -> dict[str, Any]:
-    xds, ext_proc, http, admin, listen, alpha = free_ports(6)
+    listen, alpha = free_ports(2)
     return {
         "version": 1,
-        "sluicegate": {
-            "xds": f"127.0.0.1:{xds}",
-            "ext_proc": f"127.0.0.1:{ext_proc}",
-            "http": f"127.0.0.1:{http}",
-            "envoy_admin": f"127.0.0.1:{admin}",
-            "ext_proc_replicas": replicas,
-        },
+        "sluicegate": own_addresses(ext_proc_replicas=replicas),
         "admission": {"store": store},
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen}],
         "providers": [

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from sluicegate.config import hash_key
-from tests.e2e.stack import Stack, running_stack
+from tests.e2e.stack import Stack, own_addresses, running_stack
 from tests.ports import free_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -30,15 +30,10 @@ LOAD_S = 6.0
 
 
 def document() -> dict[str, Any]:
-    xds, ext_proc, http, admin, listen, slow = free_ports(6)
+    listen, slow = free_ports(2)
     return {
         "version": 1,
-        "sluicegate": {
-            "xds": f"127.0.0.1:{xds}",
-            "ext_proc": f"127.0.0.1:{ext_proc}",
-            "http": f"127.0.0.1:{http}",
-            "envoy_admin": f"127.0.0.1:{admin}",
-        },
+        "sluicegate": own_addresses(),
         "admission": {
             "priority_classes": [
                 {

@@ -41,7 +41,7 @@ import pytest
 import redis
 
 from sluicegate.config import hash_key
-from tests.e2e.stack import Stack, running_stack
+from tests.e2e.stack import Stack, own_addresses, running_stack
 from tests.ports import free_ports
 from tests.redis_server import RedisServer
 
@@ -72,16 +72,10 @@ def api_key(tenant: str) -> str:
 
 
 def document(replica: str, store: dict[str, Any]) -> dict[str, Any]:
-    xds, ext_proc, http, admin, listen, alpha = free_ports(6)
+    listen, alpha = free_ports(2)
     return {
         "version": 1,
-        "sluicegate": {
-            "xds": f"127.0.0.1:{xds}",
-            "ext_proc": f"127.0.0.1:{ext_proc}",
-            "http": f"127.0.0.1:{http}",
-            "envoy_admin": f"127.0.0.1:{admin}",
-            "ext_proc_replicas": [replica],
-        },
+        "sluicegate": own_addresses(ext_proc_replicas=[replica]),
         "admission": {"store": store},
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen}],
         "providers": [

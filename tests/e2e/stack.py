@@ -39,6 +39,13 @@ def quickstart_on_free_ports(tmp: Path) -> dict[str, Any]:
     return doc
 
 
+def own_addresses(**extra: Any) -> dict[str, Any]:
+    """The `sluicegate:` section with xDS, ext_proc, HTTP and Envoy admin on free ports."""
+    ports = iter(free_ports(4))
+    names = ("xds", "ext_proc", "http", "envoy_admin")
+    return {**{name: f"127.0.0.1:{next(ports)}" for name in names}, **extra}
+
+
 def children_of(pid: int) -> list[int]:
     """PIDs whose parent is pid (reads /proc; no psutil needed)."""
     found = []
