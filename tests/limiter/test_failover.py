@@ -34,13 +34,17 @@ def make_store(
     observer: RecordingObserver,
     *,
     replicas: int = 1,
+    failures_to_down: int = 1,
 ) -> FailoverStore:
+    """Down at the first failure (unless told otherwise): the cases below are about what
+    happens once down; test_down_takes_failures_in_a_row covers the threshold."""
     return FailoverStore(
         RedisStore(server.url, key_prefix=key_prefix, timeout_s=0.1),
         on_failure=on_failure,
         replicas=replicas,
         probe_interval_s=PROBE_S,
         observer=observer,
+        failures_to_down=failures_to_down,
     )
 
 
@@ -189,7 +193,11 @@ async def test_one_observer_for_both_stores_counts_once(
 ) -> None:
     redis = RedisStore(server.url, key_prefix=key_prefix, timeout_s=0.1, observer=observer)
     store = FailoverStore(
-        redis, on_failure="fail_open", probe_interval_s=PROBE_S, observer=observer
+        redis,
+        on_failure="fail_open",
+        probe_interval_s=PROBE_S,
+        observer=observer,
+        failures_to_down=1,
     )
     try:
         await store.reserve("a", [limit("tokens", 10)], tokens(1))
@@ -226,3 +234,65 @@ async def test_a_hung_redis_costs_one_timeout(
         server.resume()
     await wait_until_up(store)
     assert (await store.reserve("c", [lim], tokens(1))).store_mode == "ok"
+
+
+async def test_down_takes_failures_in_a_row_and_a_success_resets_the_count(
+    server: RedisServer,
+    key_prefix: str,
+    observer: RecordingObserver,
+    closing: list[FailoverStore],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = make_store(server, key_prefix, "fail_closed", observer, failures_to_down=3)
+    closing.append(store)
+    lim = limit("tokens", 100)
+    server.pause()  # every call now times out
+    try:
+        for rid in ("a", "b"):
+            decision = await store.reserve(rid, [lim], tokens(1))
+            assert decision.store_mode == "fail_closed"  # decided by the fallback...
+            assert store.state == "up"  # ...but not down yet
+    finally:
+        server.resume()
+    assert (await store.reserve("c", [lim], tokens(1))).store_mode == "ok"  # count reset
+    server.pause()
+    try:
+        for rid in ("d", "e"):
+            await store.reserve(rid, [lim], tokens(1))
+        assert store.state == "up"
+        await store.reserve("f", [lim], tokens(1))
+        assert store.state == "down"
+    finally:
+        server.resume()
+    assert len(state_lines(caplog)) == 1
+
+
+async def test_no_free_connection_is_not_redis_down(
+    server: RedisServer, key_prefix: str, observer: RecordingObserver
+) -> None:
+    """More concurrent calls than pooled connections: the excess waits, and one that
+    still finds none in time is decided by the fallback without marking Redis down."""
+    redis = RedisStore(server.url, key_prefix=key_prefix, timeout_s=0.1, max_connections=2)
+    store = FailoverStore(
+        redis, on_failure="fail_closed", probe_interval_s=PROBE_S, failures_to_down=1
+    )
+    try:
+        lim = limit("tokens", 10_000)
+        server.pause()  # the two pooled connections hang; the rest find none free
+        try:
+            decisions = await asyncio.gather(
+                *(store.reserve(f"r{i}", [lim], tokens(1)) for i in range(6))
+            )
+        finally:
+            server.resume()
+        assert {d.store_mode for d in decisions} == {"fail_closed"}
+        # Timeouts of the two hung calls do count; with failures_to_down=1 that is down.
+        # What must not happen is a *busy* pool alone flipping the state:
+        await wait_until_up(store)
+        decisions = await asyncio.gather(
+            *(store.reserve(f"s{i}", [lim], tokens(1)) for i in range(64))
+        )
+        assert {d.store_mode for d in decisions} == {"ok"}
+        assert store.state == "up"
+    finally:
+        await store.close()

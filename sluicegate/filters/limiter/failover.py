@@ -1,9 +1,14 @@
 """Keep deciding when Redis is gone: fail open, fail closed, or count locally.
 
-Rule "no per-request timeout while down": after the first failure no request
-touches Redis; one background probe PINGs it every probe_interval_s and switches
-back when it answers. Each switch is one log line and one observer call, never
-one per request.
+Rule "no per-request timeout while down": once down, no request touches Redis; one
+background probe PINGs it every probe_interval_s and switches back when it answers.
+Each switch is one log line and one observer call, never one per request.
+
+Down means `failures_to_down` failed calls in a row (3): one late answer on a busy
+replica (the timeout also counts event-loop lag) must not send a whole replica to its
+fallback for a second. Each failed call's request is decided by the fallback. A call
+that found no free pooled connection (StoreBusy) is this process's overload, not
+Redis's: it is decided by the fallback and does not count toward down.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from .model import (
     Decision,
     Limit,
     OnFailure,
+    StoreBusy,
     StoreObserver,
     StoreUnavailable,
     Usage,
@@ -51,6 +57,7 @@ class FailoverStore:
         replicas: int = 1,
         probe_interval_s: float = 1.0,
         observer: StoreObserver | None = None,
+        failures_to_down: int = 3,
     ) -> None:
         if on_failure not in get_args(OnFailure):
             raise ValueError(f"on_failure must be one of {get_args(OnFailure)}: {on_failure!r}")
@@ -65,6 +72,10 @@ class FailoverStore:
         self._observer = observer
         self._local = MemoryStore()
         self._state: State = "up"
+        if failures_to_down < 1:
+            raise ValueError(f"failures_to_down must be >= 1, got {failures_to_down!r}")
+        self._failures_to_down = failures_to_down
+        self._failures_in_a_row = 0
         self._probe: asyncio.Task[None] | None = None
         self._dropped_reconciles = 0
 
@@ -85,9 +96,12 @@ class FailoverStore:
         if self._state == "up":
             started = time.perf_counter()
             try:
-                return await self._primary.reserve(reservation_id, limits, estimate)
+                decision = await self._primary.reserve(reservation_id, limits, estimate)
             except StoreUnavailable as exc:
                 self._failed("reserve", exc)
+            else:
+                self._failures_in_a_row = 0
+                return decision
             finally:
                 self._latency("reserve", started)
         return await self._fallback(reservation_id, limits, estimate)
@@ -100,9 +114,12 @@ class FailoverStore:
         if self._state == "up":
             started = time.perf_counter()
             try:
-                return await self._primary.reconcile(reservation_id, actual)
+                applied = await self._primary.reconcile(reservation_id, actual)
             except StoreUnavailable as exc:
                 self._failed("reconcile", exc)
+            else:
+                self._failures_in_a_row = 0
+                return applied
             finally:
                 self._latency("reconcile", started)
         self._dropped_reconciles += 1
@@ -139,9 +156,13 @@ class FailoverStore:
         observer = self._call_observer()
         if observer is not None:
             observer.store_failure(op)
-        if self._state == "down":
+        if self._state == "down" or isinstance(exc, StoreBusy):
+            return
+        self._failures_in_a_row += 1
+        if self._failures_in_a_row < self._failures_to_down:
             return
         self._state = "down"
+        self._failures_in_a_row = 0
         log.warning(
             "limiter store down (%s): deciding %s until Redis answers again", exc, self._on_failure
         )

@@ -31,6 +31,12 @@ class StoreUnavailable(Exception):
     """
 
 
+class StoreBusy(StoreUnavailable):
+    """This process had no free connection to the store in time: a local overload, not
+    a sign that Redis is down (FailoverStore decides that one request by its fallback
+    and keeps counting in Redis)."""
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -18,13 +18,15 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MaxConnectionsError, NoScriptError, RedisError
 
 from .decision import make_decision
 from .model import (
     Decision,
     DuplicateReservation,
     Limit,
+    StoreBusy,
     StoreObserver,
     StoreUnavailable,
     Usage,
@@ -65,19 +67,25 @@ class RedisStore:
         key_prefix: str = "sluicegate",
         timeout_s: float = 0.1,
         observer: StoreObserver | None = None,
+        max_connections: int = 256,
     ) -> None:
         if not key_prefix or set(key_prefix) & set("{}"):
             raise ValueError(f"key_prefix must be non-empty without braces: {key_prefix!r}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        self._client: aioredis.Redis = aioredis.Redis.from_url(
+        # A blocking pool: a burst beyond max_connections waits (up to the timeout) for a
+        # connection instead of failing at once, which would look like Redis being down.
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 0),
             retry_on_error=[],
             **_POOL_OPTIONS,
         )
+        self._client: aioredis.Redis = aioredis.Redis(connection_pool=pool)
         self._base = f"sg:{{{key_prefix}}}:"
         self._deadline_s = timeout_s * _DEADLINE_FACTOR
         self._observer = observer
@@ -181,6 +189,8 @@ class RedisStore:
         except (RedisError, OSError) as exc:
             if self._observer is not None:
                 self._observer.store_failure(op)
+            if _pool_exhausted(exc):
+                raise StoreBusy(f"redis {op}: {_describe(exc)}") from exc
             raise StoreUnavailable(f"redis {op} failed: {_describe(exc)}") from exc
         finally:
             if self._observer is not None:
@@ -194,6 +204,13 @@ class RedisStore:
         except NoScriptError:
             self._noscript_reloads += 1
             return await self._client.eval(script.source, len(keys), *keys, *args)
+
+
+def _pool_exhausted(exc: BaseException) -> bool:
+    """No pooled connection came free in time (redis-py's wording), or the pool is full."""
+    return isinstance(exc, MaxConnectionsError) or (
+        isinstance(exc, RedisConnectionError) and "No connection available" in str(exc)
+    )
 
 
 def _describe(exc: BaseException) -> str:
