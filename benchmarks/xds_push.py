@@ -173,18 +173,26 @@ class Pipeline:
     clusters: frozenset[str]
 
 
+# Like the control plane, keep the per-route translation of the last file seen: each call
+# of run_pipeline then translates a change the way ControlPlane.load does (translate/memo.py).
+_MEMO: list[Any] = []
+
+
 def run_pipeline(path: Path) -> Pipeline:
     """What ControlPlane.load does with a file (minus publishing), timed."""
     from sluicegate.config import load_config, resolve_api_keys
     from sluicegate.xds.server import Snapshot
-    from sluicegate.xds.translate import build_ir, translate
+    from sluicegate.xds.translate import RouteMemo, build_ir, translate
+
+    if not _MEMO:
+        _MEMO.append(RouteMemo())
 
     t0 = time.perf_counter()
     config = load_config(path)
     t1 = time.perf_counter()
     keys = resolve_api_keys(config, path)
     t2 = time.perf_counter()
-    resources = translate(build_ir(config, keys))
+    resources = translate(build_ir(config, keys), _MEMO[0])
     t3 = time.perf_counter()
     snapshot = Snapshot.from_resources(resources)
     t4 = time.perf_counter()
