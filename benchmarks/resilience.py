@@ -23,9 +23,12 @@ chat completions, 2 output tokens, TTFT 5 ms, through a closed loop of N clients
    process SIGKILLed: in-flight requests are reset, new connections refused), 503, 429
    with Retry-After: 1, hang (accepts, never answers; the first-byte timeout fires).
    The hang case runs again with a single client (the defaults, another route). Then
-   what-ifs for 429 on routes overriding `retries` (retry_after_max: 0; a budget that
-   never binds at this load; both), and 2 x 40 sequential requests that count where
-   first attempts go while `a` answers 429 (x-mock-fault) and is not ejected.
+   what-ifs on routes overriding some settings: for 429, `retries` (retry_after_max: 0;
+   a budget that never binds at this load; both) and `outlier_detection.eject_on_429:
+   false` (Envoy's own behaviour, 429 never ejects); for hang with one client,
+   `consecutive_local_origin_failure: 5` (Envoy's split mode). Last, 2 x 40 sequential
+   requests on a route with `eject_on_429: false` count where first attempts go while
+   `a` answers 429 (x-mock-fault) and is not ejected.
    Measured: client-visible errors over the whole fault window and for the requests
    started after ejection (aim: <= 0.1%), time from fault start until Envoy's
    `outlier_detection.ejections_enforced_total` for the route's cluster is > 0 (admin
@@ -47,8 +50,11 @@ chat completions, 2 output tokens, TTFT 5 ms, through a closed loop of N clients
 4. The quickstart's Envoy (`sluicegate up examples/quickstart.yaml`, admin on
    127.0.0.1:9901) must show the settings in /config_dump: circuit breakers with the retry
    budget, outlier detection with every enforcing_* written, retry policy with
-   previous_hosts and rate_limited_retry_back_off, timeouts. Skipped, with a message,
-   when the quickstart's ports are taken.
+   previous_hosts and rate_limited_retry_back_off, timeouts; and the outlier settings
+   must be what the quickstart's `outlier_detection` implies (split mode off while
+   consecutive_local_origin_failure is null; with eject_on_429, an error_matcher for 429
+   and 5xx in the cluster's HttpProtocolOptions). Skipped, with a message, when the
+   quickstart's ports are taken.
 """
 
 from __future__ import annotations
@@ -90,7 +96,8 @@ from benchmarks._common import (
     update_section,
     wait_listening,
 )
-from sluicegate.config import OutlierDetection, Retries
+from sluicegate.config import OutlierDetection, Retries, load_config
+from sluicegate.config.resilience import effective, merge
 from sluicegate.process import die_with_parent
 from sluicegate.provider import make_test_ca as make_provider_test_ca
 
@@ -126,26 +133,52 @@ class WhatIf:
 
     key: str
     fault: str
-    retries: Mapping[str, Any]
+    overrides: Mapping[str, Mapping[str, Any]]  # route sections: retries, outlier_detection
     label: str
+    single: bool = False  # one client (Plan.single) instead of the plan's concurrency
+
+    def retries(self) -> Retries:
+        """The route's retries: the defaults with these overrides (as the gateway merges)."""
+        return merge(Retries(), Retries.model_validate(self.overrides.get("retries", {})))
+
+    def outlier(self) -> OutlierDetection:
+        changes = self.overrides.get("outlier_detection", {})
+        return merge(OutlierDetection(), OutlierDetection.model_validate(changes))
 
 
 #: The hang scenario with the defaults, one client: not a change of settings, a new route.
-SEQUENTIAL_HANG = WhatIf("hang-1-client", "hang", {}, "")
+SEQUENTIAL_HANG = WhatIf("hang-1-client", "hang", {}, "", single=True)
+#: Sequential requests on this route count where first attempts go while `a` answers 429
+#: and is not ejected; no Retry-After wait, so that 2 x 40 requests take little time.
+FIRST_PICKS = WhatIf(
+    "first-picks",
+    "429",
+    {"retries": {"retry_after_max": 0}, "outlier_detection": {"eject_on_429": False}},
+    "",
+)
 
 
 def what_ifs(clients: int) -> tuple[WhatIf, ...]:
-    """A provider answering 429 is never ejected: what limits the damage, the Retry-After
-    wait (retry_after_max) or the retry budget? `min_concurrency: clients` lets every
-    request have a retry in flight, i.e. switches the budget off at this load."""
+    """A provider answering 429 is ejected once consecutive_5xx of its answers in a row
+    were 429 (eject_on_429); until then every request whose first attempt goes to it needs
+    a retry. What limits the errors of that transient, the Retry-After wait
+    (retry_after_max) or the retry budget? `min_concurrency: clients` lets every request
+    have a retry in flight, i.e. switches the budget off at this load. `eject_on_429:
+    false` shows what the ejection saves (Envoy alone ignores 429). And a hung provider
+    with one client in split mode (consecutive_local_origin_failure set): why that mode
+    is not the default."""
     open_budget = {"budget": {"min_concurrency": clients}}
     return (
-        WhatIf("429-no-wait", "429", {"retry_after_max": 0},
+        WhatIf("429-no-wait", "429", {"retries": {"retry_after_max": 0}},
                "`retry_after_max: 0` (retry after the back-off, not Retry-After)"),
-        WhatIf("429-open-budget", "429", open_budget,
+        WhatIf("429-open-budget", "429", {"retries": open_budget},
                f"`budget.min_concurrency: {clients}` (the budget never binds)"),
-        WhatIf("429-both", "429", {"retry_after_max": 0, **open_budget},
+        WhatIf("429-both", "429", {"retries": {"retry_after_max": 0, **open_budget}},
                f"both: `retry_after_max: 0`, `budget.min_concurrency: {clients}`"),
+        WhatIf("429-no-eject", "429", {"outlier_detection": {"eject_on_429": False}},
+               "`eject_on_429: false` (Envoy's own behaviour: 429 never ejects)"),
+        WhatIf("hang-split", "hang", {"outlier_detection": {"consecutive_local_origin_failure": 5}},
+               "`consecutive_local_origin_failure: 5` (split mode)", single=True),
     )  # fmt: skip
 
 
@@ -213,7 +246,7 @@ class MockProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                )
+            )
         self.killed = False
 
     @property
@@ -346,9 +379,9 @@ def gateway_doc(ports: Ports, ca: Path, plan: Plan) -> dict[str, Any]:
         }
 
     routes = [pair(f"one-{kind}") for kind in FAULTS]
-    routes.append(pair(f"one-{SEQUENTIAL_HANG.key}"))
     routes += [
-        {**pair(f"one-{w.key}"), "retries": dict(w.retries)} for w in what_ifs(plan.concurrency)
+        {**pair(f"one-{w.key}"), **{k: dict(v) for k, v in w.overrides.items()}}
+        for w in (SEQUENTIAL_HANG, *what_ifs(plan.concurrency), FIRST_PICKS)
     ]
     routes += [pair(storm_route("503", c)) for c in plan.storm_levels]
     if plan.hang_storm:
@@ -513,6 +546,11 @@ class OneFailing:
     fault: str
     variant: str  # "" for the defaults, else WhatIf.label
     retry_after_wait: bool  # does the route wait a 429's Retry-After before retrying?
+    min_concurrency: int  # the route's retry budget floor
+    eject_on_429: bool
+    consecutive_5xx: int
+    consecutive_gateway_failure: int
+    local_origin_threshold: int | None  # consecutive_local_origin_failure: split mode if set
     clients: int
     warm_s: float
     window_s: float
@@ -529,6 +567,7 @@ class OneFailing:
     ejected_by: dict[str, int]
     p50_ms: float
     p99_ms: float
+    max_ms: float
     a_share_before: float  # share of 200s served by `a` during the warm-up
     a_attempts_after_ejection: int | None
 
@@ -550,6 +589,8 @@ async def one_failing(
 ) -> OneFailing:
     route = f"one-{fault if what_if is None else what_if.key}"
     variant = "" if what_if is None else what_if.label
+    retry_settings = Retries() if what_if is None else what_if.retries()
+    outlier = OutlierDetection() if what_if is None else what_if.outlier()
     cluster = f"route-{route}"
     a, b = mocks["a"], mocks["b"]
     async with aiohttp.ClientSession() as admin:
@@ -609,8 +650,12 @@ async def one_failing(
     return OneFailing(
         fault=fault,
         variant=variant,
-        retry_after_wait=(what_if is None or what_if.retries.get("retry_after_max") != 0)
-        and Retries().retry_after_max > 0,
+        retry_after_wait=retry_settings.retry_after_max > 0,
+        min_concurrency=retry_settings.budget.min_concurrency,
+        eject_on_429=outlier.eject_on_429,
+        consecutive_5xx=outlier.consecutive_5xx,
+        consecutive_gateway_failure=outlier.consecutive_gateway_failure,
+        local_origin_threshold=outlier.consecutive_local_origin_failure,
         clients=plan.concurrency,
         warm_s=plan.warm_s,
         window_s=plan.fault_s,
@@ -635,6 +680,7 @@ async def one_failing(
         },
         p50_ms=percentile(latencies, 50),
         p99_ms=percentile(latencies, 99),
+        max_ms=max(latencies, default=float("nan")),
         a_share_before=sum(1 for r in warm if r.provider == "a") / len(warm) if warm else 0.0,
         a_attempts_after_ejection=a_after,
     )
@@ -651,18 +697,22 @@ class FirstPicks:
 
     requests: int
     a_healthy: int  # `a`'s requests while both answer
-    a_failing: int  # `a`'s requests while it answers 429 (x-mock-fault) and is not ejected
+    a_failing: int  # `a`'s requests while it answers 429 (x-mock-fault)
+    ejections: int  # the route's ejections_enforced_total delta over both phases
+    settings: str  # the route's overrides, for the reading
 
 
-async def first_picks(gw: Gateway, mocks: dict[str, MockProcess], route: str,
+async def first_picks(gw: Gateway, mocks: dict[str, MockProcess], what_if: WhatIf,
                       requests: int) -> FirstPicks:  # fmt: skip
-    """Where do first attempts go when one provider fails but is never ejected?"""
+    """Where do first attempts go when one provider fails but is not ejected?"""
+    route = f"one-{what_if.key}"
     body = json.dumps({"model": route, "messages": [{"role": "user", "content": "hi"}]}).encode()
     counts: list[int] = []
     async with (
         aiohttp.ClientSession() as admin,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as client,
     ):
+        ejected0 = await ejections(admin, gw.admin, f"route-{route}")
         for fault in ({}, {"x-mock-fault": "429", "x-mock-fault-provider": "a"}):
             before = await mock_requests(admin, mocks["a"])
             headers = request_headers({**MOCK_HEADERS, **fault})
@@ -673,7 +723,13 @@ async def first_picks(gw: Gateway, mocks: dict[str, MockProcess], route: str,
                     if response.status != 200:
                         raise RuntimeError(f"first picks: HTTP {response.status}")
             counts.append(await mock_requests(admin, mocks["a"]) - before)
-    return FirstPicks(requests, counts[0], counts[1])
+        ejected = await ejections(admin, gw.admin, f"route-{route}") - ejected0
+    settings = ", ".join(
+        f"`{key}: {json.dumps(value)}`"
+        for section in what_if.overrides.values()
+        for key, value in section.items()
+    )
+    return FirstPicks(requests, counts[0], counts[1], ejected, settings)
 
 
 # ----- part 2: all providers failing -----------------------------------------------------------
@@ -856,6 +912,9 @@ class QuickstartCheck:
     skipped: str | None = None
     rows: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # setting -> per route
     missing: list[str] = field(default_factory=list)
+    # Outlier settings whose value is not what the quickstart's `outlier_detection` implies:
+    # "route: label: found X, expected Y".
+    wrong: list[str] = field(default_factory=list)
     routes: list[str] = field(default_factory=list)
     keys_in_dump: bool = False
 
@@ -896,7 +955,7 @@ def quickstart_check(work: Path) -> QuickstartCheck:
         if left:
             print(f"quickstart: had to SIGKILL {left}")
     keys = [p.read_text().strip() for p in (QUICKSTART.parent / "keys").glob("*.key")]
-    check = summarize_dump(dump, route_names)
+    check = summarize_dump(dump, route_names, expected_outlier(QUICKSTART))
     check.keys_in_dump = any(key and key in full_text for key in keys)
     return check
 
@@ -953,9 +1012,43 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def summarize_dump(dump: Mapping[str, Any], route_names: Sequence[str]) -> QuickstartCheck:
+OUTLIER_COUNTS = "outlier consecutive 5xx / gateway / local-origin"
+OUTLIER_ENFORCING = "enforcing_consecutive_5xx / gateway / local-origin"
+OUTLIER_SPLIT = "split_external_local_origin_errors"
+OUTLIER_MATCHER = "HttpProtocolOptions outlier error_matcher (`:status`)"
+
+
+def expected_outlier(config_path: Path) -> dict[str, dict[str, str]]:
+    """Per outlier row, per route: the value the config's effective `outlier_detection`
+    implies in the config_dump, rendered as summarize_dump renders it (— = absent). Split
+    mode only when consecutive_local_origin_failure is set (a count of 0 is not written);
+    with eject_on_429, an error matcher for 429 and every 5xx."""
+    config = load_config(config_path)
+    expected: dict[str, dict[str, str]] = {
+        label: {} for label in (OUTLIER_COUNTS, OUTLIER_ENFORCING, OUTLIER_SPLIT, OUTLIER_MATCHER)
+    }
+    for route in config.routes:
+        od = effective(config.defaults, route).outlier_detection
+        if not od.enabled:
+            continue
+        split = od.consecutive_local_origin_failure is not None
+        local = od.consecutive_local_origin_failure if split else None
+        counts = (od.consecutive_5xx, od.consecutive_gateway_failure, local)
+        expected[OUTLIER_COUNTS][route.name] = " / ".join(str(n) if n else "—" for n in counts)
+        expected[OUTLIER_ENFORCING][route.name] = " / ".join("100" if n else "0" for n in counts)
+        expected[OUTLIER_SPLIT][route.name] = _show(split)
+        expected[OUTLIER_MATCHER][route.name] = "429 or 500-599" if od.eject_on_429 else "—"
+    return expected
+
+
+def summarize_dump(
+    dump: Mapping[str, Any],
+    route_names: Sequence[str],
+    expected: Mapping[str, Mapping[str, str]] | None = None,
+) -> QuickstartCheck:
     """One row per setting, one column per quickstart route; `missing` lists required
-    settings absent from a route's cluster or route entry."""
+    settings absent from a route's cluster or route entry, `wrong` the values that differ
+    from `expected` (label -> route -> rendered value)."""
     clusters, routes = _dump_parts(dump)
     check = QuickstartCheck(routes=list(route_names))
     protocol = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -975,16 +1068,12 @@ def summarize_dump(dump: Mapping[str, Any], route_names: Sequence[str]) -> Quick
             ),
             True,
         ),
-        ("outlier consecutive 5xx / gateway / local-origin", "cluster", ("@consecutive",), True),
-        ("enforcing_consecutive_5xx / gateway / local-origin", "cluster", ("@enforcing",), True),
+        (OUTLIER_COUNTS, "cluster", ("@consecutive",), True),
+        (OUTLIER_ENFORCING, "cluster", ("@enforcing",), True),
         ("enforcing_success_rate / local-origin", "cluster", ("@sr",), True),
         ("enforcing_failure_percentage / local-origin", "cluster", ("@fp",), True),
-        (
-            "split_external_local_origin_errors",
-            "cluster",
-            ("outlier_detection", "split_external_local_origin_errors"),
-            True,
-        ),
+        (OUTLIER_SPLIT, "cluster", ("@split",), True),
+        (OUTLIER_MATCHER, "cluster", ("@matcher",), False),
         ("interval / base / max ejection time", "cluster", ("@ejection",), True),
         ("max_ejection_percent", "cluster", ("outlier_detection", "max_ejection_percent"), True),
         ("health checks (path, interval)", "cluster", ("@health",), False),
@@ -1033,6 +1122,9 @@ def summarize_dump(dump: Mapping[str, Any], route_names: Sequence[str]) -> Quick
                     continue
                 check.missing.append(f"{name}: {label}")
             values[name] = _show(value)
+            want = (expected or {}).get(label, {}).get(name)
+            if want is not None and values[name] != want:
+                check.wrong.append(f"{name}: {label} is {values[name]}, expected {want}")
         check.rows.append((label, values))
     return check
 
@@ -1058,15 +1150,29 @@ def _special(source: Any, key: str | int) -> Any:
             str(limits.get(k, "—"))
             for k in ("max_connections", "max_pending_requests", "max_requests")
         )
-    if key in ("@consecutive", "@enforcing", "@sr", "@fp", "@ejection"):
+    if key == "@split":
+        if outlier is None:
+            return None
+        # proto3 JSON leaves out a false bool: absent means false.
+        return bool(outlier.get("split_external_local_origin_errors", False))
+    if key == "@matcher":
+        protocol = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+        matcher = _dig(source, "typed_extension_protocol_options", protocol,
+                       "outlier_detection", "error_matcher")  # fmt: skip
+        return None if matcher is None else " or ".join(_statuses(matcher))
+    if key == "@consecutive":
+        # A count is written only when its detector is on; local-origin only in split mode.
+        if outlier is None:
+            return None
+        counts = [outlier.get(n) for n in ("consecutive_5xx", "consecutive_gateway_failure",
+                                           "consecutive_local_origin_failure")]  # fmt: skip
+        if counts[0] is None and counts[1] is None:
+            return None
+        return " / ".join("—" if v is None else str(v) for v in counts)
+    if key in ("@enforcing", "@sr", "@fp", "@ejection"):
         if outlier is None:
             return None
         names = {
-            "@consecutive": (
-                "consecutive_5xx",
-                "consecutive_gateway_failure",
-                "consecutive_local_origin_failure",
-            ),
             "@enforcing": (
                 "enforcing_consecutive_5xx",
                 "enforcing_consecutive_gateway_failure",
@@ -1112,6 +1218,30 @@ def _special(source: Any, key: str | int) -> Any:
     return None
 
 
+def _statuses(matcher: Any) -> list[str]:
+    """The `:status` values a MatchPredicate (as JSON) matches: "429", "500-599", ...;
+    anything else it matches on is shown as "other"."""
+    found: list[str] = []
+    if isinstance(matcher, list):
+        for item in matcher:
+            found += _statuses(item)
+    elif isinstance(matcher, dict):
+        if "name" in matcher and ("exact_match" in matcher or "range_match" in matcher):
+            if matcher["name"] != ":status":
+                found.append("other")
+            elif "exact_match" in matcher:
+                found.append(str(matcher["exact_match"]))
+            else:
+                span = matcher["range_match"]  # [start, end)
+                found.append(f"{int(span.get('start', 0))}-{int(span.get('end', 0)) - 1}")
+        elif "name" in matcher:
+            found.append("other")
+        else:
+            for value in matcher.values():
+                found += _statuses(value)
+    return found
+
+
 # ----- orchestration ---------------------------------------------------------------------------
 
 
@@ -1151,9 +1281,11 @@ async def failures_and_keepalive(
     results.one.append(await one_failing(gw, mocks, "hang", plan.single(), SEQUENTIAL_HANG))
     for what_if in what_ifs(plan.concurrency):
         print(f"part 1, what-if: {what_if.key} ...", flush=True)
-        results.what_ifs.append(await one_failing(gw, mocks, what_if.fault, plan, what_if))
-    # A route that retries a 429 at once, without a budget limit at this load.
-    results.first_picks = await first_picks(gw, mocks, f"one-{what_ifs(1)[-1].key}", 40)
+        plan_used = plan.single() if what_if.single else plan
+        results.what_ifs.append(await one_failing(gw, mocks, what_if.fault, plan_used, what_if))
+    # A route that retries a 429 at once and does not eject on 429.
+    print(f"part 1: first picks on route one-{FIRST_PICKS.key} ...", flush=True)
+    results.first_picks = await first_picks(gw, mocks, FIRST_PICKS, 40)
     for clients in plan.storm_levels:
         print(f"part 2: both fail with 503, {clients} clients ...", flush=True)
         results.storms.append(await all_failing(gw, mocks, "503", clients, plan.storm_s))
@@ -1221,7 +1353,7 @@ def one_table(rows: Sequence[OneFailing]) -> list[str]:
     lines = [
         "| `a` fails with | client requests | errors (whole window) | errors after ejection | "
         "time to ejection (detector) | attempts / request | Envoy retries / request | "
-        "retries refused by budget | latency p50 / p99 (ms) | errors by status and code |",
+        "retries refused by budget | latency p50 / p99 / max (ms) | errors by status and code |",
         "|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
@@ -1239,7 +1371,7 @@ def one_table(rows: Sequence[OneFailing]) -> list[str]:
             f"| {_label(r)} | {r.requests} | {r.errors} ({_pct(r.error_rate)}) | "
             f"{after} | {ejected} | {r.attempts / r.requests:.3f} | "
             f"{r.retries / r.requests:.3f} | {r.retry_overflow} | "
-            f"{r.p50_ms:.0f} / {r.p99_ms:.0f} | {codes} |"
+            f"{r.p50_ms:.0f} / {r.p99_ms:.0f} / {r.max_ms:.0f} | {codes} |"
         )
     return lines
 
@@ -1324,10 +1456,20 @@ def config_used() -> str:
         f"(min_concurrency {retries.budget.min_concurrency}); outlier_detection consecutive_5xx "
         f"{outlier.consecutive_5xx}, consecutive_gateway_failure "
         f"{outlier.consecutive_gateway_failure}, consecutive_local_origin_failure "
-        f"{outlier.consecutive_local_origin_failure}, base_ejection_time "
+        f"{_local_origin(outlier.consecutive_local_origin_failure)}, eject_on_429 "
+        f"{json.dumps(outlier.eject_on_429)}, base_ejection_time "
         f"{outlier.base_ejection_time} ms, max_ejection_percent {outlier.max_ejection_percent}; "
         f"only `timeouts.first_byte: {FIRST_BYTE}` set (`defaults:`)"
     )
+
+
+def _local_origin(threshold: int | None) -> str:
+    if threshold is None:
+        return (
+            "null (split mode off: connect failures, resets and timed-out attempts count as "
+            "gateway failures)"
+        )
+    return f"{threshold} (split mode)"
 
 
 FAULT_SHORT = {"refused": "connection refused", "503": "503", "429": "429", "hang": "hang"}
@@ -1378,6 +1520,11 @@ def reading(results: Results) -> list[str]:
             f"measured** ({ratios} clients); failures come back fast (no hang beyond the "
             "back-off and the first-byte timeout)."
         )
+    fp = results.first_picks
+    # More than 10 % above its share: the round robin sends first attempts back to `a`.
+    round_robin_note = (
+        fp is not None and not fp.ejections and fp.a_failing > max(fp.a_healthy, 1) * 1.1
+    )
     for r in [*results.one, *results.what_ifs]:
         label = _label(r)
         if r.ejected_after_s is None:
@@ -1385,7 +1532,7 @@ def reading(results: Results) -> list[str]:
                 f"- **{label}: never ejected** in {r.window_s:.0f} s; clients saw "
                 f"{_errors(r.errors)} in {r.requests} requests ({_pct(r.error_rate)}), "
                 f"{r.attempts / r.requests:.3f} attempts per request, p99 {r.p99_ms:.0f} ms."
-                + _why_not_ejected(r)
+                + _why_not_ejected(r, round_robin_note)
             )
             continue
         rate = r.after_rate
@@ -1402,18 +1549,33 @@ def reading(results: Results) -> list[str]:
                 if r.a_attempts_after_ejection is not None
                 else ""
             )
+            + _before_ejection(r)
             + _why_errors(r)
         )
-    fp = results.first_picks
     if fp is not None:
-        lines.append(
-            f"- **A failing provider that is not ejected gets more than its share of first "
-            f"attempts.** {fp.requests} sequential requests on a 1:1 route: `a` got "
-            f"{fp.a_healthy} first attempts while healthy, {fp.a_failing} while answering 429 "
-            "(each retried on `b`). The cluster's round robin advances on every pick, "
-            "including the retry's pick of `a` that previous_hosts rejects before it picks "
-            "`b`, so after each retry the next request starts on `a` again."
+        setting = f"{fp.requests} sequential requests on a 1:1 route with {fp.settings}"
+        counts = (
+            f"`a` got {fp.a_healthy} first attempts while healthy, {fp.a_failing} while "
+            "answering 429 (each retried on `b`)"
         )
+        if fp.ejections:
+            lines.append(
+                f"- First attempts, {setting}: {counts}; but `a` was ejected during them "
+                f"({fp.ejections} ejections), so they do not show where first attempts go "
+                "while a failing provider stays in."
+            )
+        elif round_robin_note:
+            lines.append(
+                "- **A failing provider that is not ejected gets more than its share of first "
+                f"attempts.** {setting}: {counts}. The cluster's round robin advances on every "
+                "pick, including the retry's pick of `a` that previous_hosts rejects before it "
+                "picks `b`, so after each retry the next request starts on `a` again."
+            )
+        else:
+            lines.append(
+                f"- A failing provider that is not ejected, {setting}: {counts}, not more "
+                "than its share."
+            )
     for s in results.storms:
         verdict = "within" if s.per_request <= s.bound + 1e-9 else "**above**"
         what = "503 on both" if s.fault == "503" else f"every attempt hanging, {FIRST_BYTE}"
@@ -1451,6 +1613,13 @@ def reading(results: Results) -> list[str]:
                 if not q.missing
                 else f"**missing: {'; '.join(q.missing)}**"
             )
+            state += (
+                "; outlier detection as the quickstart's `outlier_detection` implies (split "
+                "mode only where consecutive_local_origin_failure is set, the 429-and-5xx "
+                "error_matcher where eject_on_429 is on)"
+                if not q.wrong
+                else f"; **outlier detection not as configured: {'; '.join(q.wrong)}**"
+            )
             lines.append(
                 f"- Quickstart config_dump: {state}; provider keys "
                 f"{'**appear**' if q.keys_in_dump else 'do not appear'} in "
@@ -1459,25 +1628,38 @@ def reading(results: Results) -> list[str]:
     return lines
 
 
-def _why_not_ejected(r: OneFailing) -> str:
+def _why_not_ejected(r: OneFailing, round_robin_note: bool) -> str:
     if r.fault == "hang":
+        if r.local_origin_threshold is None:
+            return (
+                " Unexpected: with split mode off its timed-out attempts count as gateway "
+                f"failures (consecutive_gateway_failure {r.consecutive_gateway_failure})."
+            )
         return (
-            " Envoy's router reports every attempt that gets a connection to `a` as a "
-            "local-origin *success* (onPoolReady → LocalOriginConnectSuccess), and with "
-            "`split_external_local_origin_errors: true` that resets the "
+            " In split mode (`consecutive_local_origin_failure` set) Envoy's router reports "
+            "every attempt that gets a connection to `a` as a local-origin *success* "
+            "(onPoolReady → LocalOriginConnectSuccess), which resets the "
             "consecutive_local_origin_failure count; the hung attempts' timeouts only count "
-            f"if {OutlierDetection().consecutive_local_origin_failure} come with no attempt "
-            "starting on `a` in between, which with "
-            f"{_clients(r.clients)} "
+            f"if {r.local_origin_threshold} come with no attempt starting on `a` in between, "
+            f"which with {_clients(r.clients)} "
             f"{'never happens' if r.clients == 1 else 'did not happen here'}."
         )
     if r.fault != "429":
         return ""
-    text = (
-        " Outlier detection counts only 5xx answers and local-origin failures, so a "
-        "provider answering 429 is never ejected: every request whose first attempt goes to "
-        f"`a` needs a retry ({r.retries / r.requests * 100:.0f} % of requests were retried; "
-        f"`a` had {r.a_share_before * 100:.0f} % of the answers before the fault)."
+    if r.eject_on_429:
+        text = (
+            " Unexpected: eject_on_429 counts its 429s toward consecutive_5xx "
+            f"({r.consecutive_5xx}). Meanwhile"
+        )
+    else:
+        text = (
+            " Envoy's outlier detection counts only 5xx answers and connection-level failures,"
+            " so with `eject_on_429: false` a provider answering 429 is never ejected:"
+        )
+    text += (
+        " every request whose first attempt goes to `a` needs a retry "
+        f"({r.retries / r.requests * 100:.0f} % of requests were retried; `a` had "
+        f"{r.a_share_before * 100:.0f} % of the answers before the fault)."
     )
     if r.retry_after_wait:
         text += (
@@ -1497,9 +1679,28 @@ def _why_not_ejected(r: OneFailing) -> str:
     if first_on_a > r.a_share_before + 0.05:
         text += (
             f" `a` got {first_on_a * 100:.0f} % of the first attempts, not its "
-            f"{r.a_share_before * 100:.0f} % (see the round-robin note below)."
+            f"{r.a_share_before * 100:.0f} %"
+            + (" (see the round-robin note below)." if round_robin_note else ".")
         )
     return text
+
+
+def _before_ejection(r: OneFailing) -> str:
+    """What the requests went through until a 429 provider was ejected."""
+    if r.fault != "429":
+        return ""
+    text = (
+        " Until then every request whose first attempt went to `a` needed a retry on `b` "
+        f"({r.retries} retries"
+    )
+    if r.retry_after_wait:
+        text += (
+            ", each after waiting Retry-After, 1 to 1.5 s by rate_limited_retry_back_off, "
+            "although it goes to the other provider"
+        )
+    return text + (
+        f"); latency p99 {r.p99_ms:.0f} ms over the window, the slowest request {r.max_ms:.0f} ms."
+    )
 
 
 def _why_errors(r: OneFailing) -> str:
@@ -1508,13 +1709,25 @@ def _why_errors(r: OneFailing) -> str:
     codes = ", ".join(f"{k} x{v}" for k, v in sorted(r.codes.items()))
     text = f" Errors: {codes}"
     if r.retry_overflow >= r.errors:
-        text += (
-            f"; each one a retry the budget refused ({r.retry_overflow} = "
-            "`upstream_rq_retry_overflow`): when `a` starts failing, the requests in flight "
-            "on it fail at about the same moment, more at once than min_concurrency "
-            f"({Retries().budget.min_concurrency}) retries may be in flight with "
-            f"{_clients(r.clients)}"
+        budget = Retries().budget
+        cap = (
+            f"max({budget.percent:g} % of the requests in flight, min_concurrency "
+            f"{r.min_concurrency})"
         )
+        if r.fault == "429" and r.retry_after_wait:
+            text += (
+                f"; each one a retry the budget refused ({r.retry_overflow} = "
+                "`upstream_rq_retry_overflow`): until `a` was ejected, its 429s' retries "
+                "waited Retry-After holding their budget slots, and more were needed at once "
+                f"than the budget lets be in flight ({cap}) with {_clients(r.clients)}"
+            )
+        else:
+            text += (
+                f"; each one a retry the budget refused ({r.retry_overflow} = "
+                "`upstream_rq_retry_overflow`): when `a` starts failing, the requests in "
+                "flight on it fail at about the same moment, more at once than the budget "
+                f"lets retries be in flight ({cap}) with {_clients(r.clients)}"
+            )
     return text + "."
 
 
@@ -1555,8 +1768,11 @@ def report(command: str, results: Results) -> str:
         ]
     if results.what_ifs:
         lines += [
-            "What-if, not the defaults: the same 429 scenario on routes that override "
-            "`retries` (everything else as above), to find what limits the damage:",
+            "What-ifs, not the defaults: the same scenarios on routes that override the "
+            "settings named (everything else as above). For 429: what limits the errors and "
+            "the latency until `a` is ejected (the Retry-After wait, the retry budget), and "
+            "what the ejection saves (`eject_on_429: false`); for hang with one client: "
+            "split mode, which the defaults leave off:",
             "",
             *one_table(results.what_ifs),
             "",

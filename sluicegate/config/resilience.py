@@ -212,7 +212,7 @@ class OutlierDetection(_Section):
     split_external_local_origin_errors); but Envoy then counts every connection it gets
     to a provider as a success, so a provider that accepts connections and never answers
     is ejected only when several attempts time out with no new one starting in between:
-    with one or two clients, never (measured: benchmarks/RESULTS.md, "Provider failures").
+    with one client at a time, never (measured: benchmarks/RESULTS.md, "Provider failures").
     """
 
     enabled: bool = True
