@@ -6,7 +6,7 @@ Read-only views of the control plane; it holds no state of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -68,8 +68,20 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
     }
 
 
-def make_app(cp: ControlPlane, registries: Sequence[CollectorRegistry] = ()) -> web.Application:
-    """`registries`: further metrics served on the same page (the ext_proc admission's)."""
+def make_app(
+    cp: ControlPlane,
+    registries: Sequence[CollectorRegistry] = (),
+    extra_status: Callable[[], dict[str, Any]] | None = None,
+) -> web.Application:
+    """`registries`: further metrics served on the same page (the ext_proc admission's);
+    `extra_status`: more sections for /status (the admission gates and limiter store)."""
+
+    def document() -> dict[str, Any]:
+        result = status_document(cp)
+        if extra_status is not None:
+            result.update(extra_status())
+        return result
+
     registry = CollectorRegistry()
     registry.register(ControlPlaneCollector(cp))
     every = [registry, *registries]
@@ -79,7 +91,7 @@ def make_app(cp: ControlPlane, registries: Sequence[CollectorRegistry] = ()) -> 
         return web.Response(body=body, content_type="text/plain")
 
     async def status(_: web.Request) -> web.Response:
-        return web.json_response(status_document(cp), dumps=lambda o: json.dumps(o, indent=2))
+        return web.json_response(document(), dumps=lambda o: json.dumps(o, indent=2))
 
     async def drain(request: web.Request) -> web.Response:
         """POST drains a provider, DELETE puts it back; both answer the new status."""
@@ -88,7 +100,7 @@ def make_app(cp: ControlPlane, registries: Sequence[CollectorRegistry] = ()) -> 
             cp.set_drained(provider, drained=request.method == "POST")
         except KeyError:
             return web.json_response({"error": f"unknown provider '{provider}'"}, status=404)
-        return web.json_response(status_document(cp))
+        return web.json_response(document())
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok" if cp.config is not None else "no config", status=200)
@@ -103,9 +115,13 @@ def make_app(cp: ControlPlane, registries: Sequence[CollectorRegistry] = ()) -> 
 
 
 async def start_status_http(
-    cp: ControlPlane, host: str, port: int, registries: Sequence[CollectorRegistry] = ()
+    cp: ControlPlane,
+    host: str,
+    port: int,
+    registries: Sequence[CollectorRegistry] = (),
+    extra_status: Callable[[], dict[str, Any]] | None = None,
 ) -> web.AppRunner:
-    runner = web.AppRunner(make_app(cp, registries), access_log=None)
+    runner = web.AppRunner(make_app(cp, registries, extra_status), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner

@@ -88,7 +88,11 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
         stack.callback(stop_replicas, replicas)
         http_host, http_port = split_host_port(addresses.http)
         runner = await start_status_http(
-            control_plane, http_host, http_port, registries=[ext_proc.admission.metrics.registry]
+            control_plane,
+            http_host,
+            http_port,
+            registries=[ext_proc.admission.metrics.registry],
+            extra_status=lambda: {"admission": ext_proc.admission.status()},
         )
         stack.push_async_callback(runner.cleanup)
         log.info("xDS on %s, ext_proc on %s, status on %s",

@@ -480,3 +480,13 @@ def test_a_providers_rate_limit_holds_across_tenants(stack: Stack) -> None:
     assert error["error"]["type"] == "requests"
     assert "provider capped" in error["error"]["message"]
     assert headers["x-ratelimit-limit-requests"] == "3"
+
+
+def test_status_shows_the_gates_and_the_store(stack: Stack) -> None:
+    admission = stack.status()["admission"]
+    assert admission["enabled"] is True
+    assert admission["tenants"] == ["batchy", "narrow", "team", "tight"]
+    assert admission["store"]["kind"] == "memory"
+    gate = admission["gates"]["route:gated"]
+    assert gate["in_flight"] == 0
+    assert gate["max_requests"] == 2

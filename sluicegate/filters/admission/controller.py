@@ -97,6 +97,23 @@ class AdmissionController:
         if not task.cancelled() and task.exception() is not None:
             log.error("admission background task failed", exc_info=task.exception())
 
+    def status(self) -> dict[str, Any]:
+        """For `/status` and `sluicegate status`: what admission enforces right now."""
+        policy = self.policy
+        store = self._store
+        return {
+            "enabled": policy.enabled,
+            "tenants": sorted(policy.tenants),
+            "priority_classes": list(policy.classes),
+            "store": {
+                "kind": policy.store.kind,
+                "on_failure": policy.store.on_failure if policy.store.kind == "redis" else None,
+                # FailoverStore knows whether Redis answers; before first use: not yet made.
+                "state": getattr(store, "state", "up") if store is not None else "not started",
+            },
+            "gates": {name: gate.snapshot() for name, gate in sorted(self._gates.items())},
+        }
+
     async def close(self) -> None:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
