@@ -250,6 +250,17 @@ def test_store_defaults() -> None:
     )
 
 
+def test_replicas_count_at_least_the_ext_proc_servers_up_starts() -> None:
+    """The local fallback divides by the replicas; those listed in the file are known."""
+    listed = OPEN.replace(
+        "version: 1\n",
+        "version: 1\nsluicegate: {ext_proc_replicas: [127.0.0.1:18101, 127.0.0.1:18102]}\n",
+    )
+    assert admission_policy(config_of(listed)).store.replicas == 3
+    more = listed + "admission: {store: {replicas: 5}}\n"
+    assert admission_policy(config_of(more)).store.replicas == 5
+
+
 def test_keyring_holds_every_key(policy: AdmissionPolicy) -> None:
     assert policy.keyring is not None and len(policy.keyring) == 3
     assert policy.keyring.identify("sk-demo-ci") == ClientIdentity("demo", "demo-ci")

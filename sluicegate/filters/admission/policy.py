@@ -205,6 +205,7 @@ def admission_policy(config: Config) -> AdmissionPolicy:
             key_prefix=store.key_prefix,
             timeout_s=store.timeout / 1000,
             on_failure=store.on_failure,
-            replicas=store.replicas,
+            # The replicas `up` starts are known; more may run elsewhere (store.replicas).
+            replicas=max(store.replicas, len(config.sluicegate.ext_proc_servers)),
         ),
     )
