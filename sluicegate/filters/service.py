@@ -89,6 +89,15 @@ class ExtProcService:
                         counters.inc(wire.STAGE_ROUTING, outcome.INTERNAL_ERROR)
                         answer = INTERNAL_ERROR
                     yield answer
+                    if stream.waiting:
+                        # That answer extended Envoy's timeout; now wait in the gate queue.
+                        try:
+                            answer = await stream.finish_waiting()
+                        except Exception:
+                            log.exception("routing stage failed while queued")
+                            counters.inc(wire.STAGE_ROUTING, outcome.INTERNAL_ERROR)
+                            answer = INTERNAL_ERROR
+                        yield answer
             finally:
                 # The request ended (response done, client gone, or cancelled while queued).
                 stream.close()

@@ -40,6 +40,8 @@ def document(tmp: Path) -> dict[str, Any]:
     return {
         "version": 1,
         "sluicegate": own_addresses(),
+        # Short: a queued request lives on the server's override_message_timeout.
+        "limits": {"ext_proc_message_timeout_ms": 1000},
         "admission": {
             "priority_classes": [
                 {"name": "interactive", "max_queue": 16, "max_wait": "5s"},
@@ -248,7 +250,7 @@ def test_reservation_refuses_the_overflowing_request_with_retry_after_and_header
                 async with session.post(
                     stack.gateway + "/v1/chat/completions",
                     json={**body, "max_tokens": 300},
-                    headers={"authorization": f"Bearer {KEYS['tight']}", "x-mock-ttft-ms": "300"},
+                    headers={"authorization": f"Bearer {KEYS['tight']}", "x-mock-ttft-ms": "1500"},
                 ) as response:
                     payload = json.loads(await response.read())
                     headers = {k.lower(): v for k, v in response.headers.items()}
@@ -490,3 +492,30 @@ def test_status_shows_the_gates_and_the_store(stack: Stack) -> None:
     gate = admission["gates"]["route:gated"]
     assert gate["in_flight"] == 0
     assert gate["max_requests"] == 2
+
+
+def test_a_request_queued_longer_than_the_message_timeout_is_still_served(stack: Stack) -> None:
+    """Envoy's ext_proc message timeout is 1 s here; a request waiting 2 s at the gate is
+    answered, because the filter extends that timeout before it waits."""
+
+    async def scenario() -> tuple[list[int], float]:
+        async with aiohttp.ClientSession() as session:
+            headers = {"authorization": f"Bearer {KEYS['team']}"}
+            url = stack.gateway + "/v1/chat/completions"
+            body = {"model": "gated", "messages": HELLO}
+
+            async def one(extra: dict[str, str]) -> int:
+                async with session.post(url, json=body, headers={**headers, **extra}) as r:
+                    await r.read()
+                    return r.status
+
+            holders = [asyncio.create_task(one({"x-mock-ttft-ms": "2000"})) for _ in range(2)]
+            await asyncio.sleep(0.3)  # both slots of the gate are taken
+            started = time.monotonic()
+            queued = await one({})
+            waited = time.monotonic() - started
+            return [*await asyncio.gather(*holders), queued], waited
+
+    statuses, waited = asyncio.run(scenario())
+    assert statuses == [200, 200, 200]
+    assert waited > 1.2  # it really waited past Envoy's 1 s message timeout

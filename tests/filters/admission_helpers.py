@@ -110,10 +110,21 @@ class Stream:
     def __init__(self, channel: grpc.aio.Channel, stage: str = wire.STAGE_ROUTING) -> None:
         stub = ep_grpc.ExternalProcessorStub(channel)
         self.call = stub.Process(metadata=((wire.STAGE_METADATA_KEY, stage),), timeout=10)
+        self.overrides: list[Any] = []  # override_message_timeout values received
 
     async def send(self, request: Any) -> Any:
         await self.call.write(request)
-        return await self.call.read()
+        return await self.read_answer()
+
+    async def read_answer(self) -> Any:
+        """The next answer, past any message that only extends Envoy's timeout (sent
+        before a request waits at a gate)."""
+        while True:
+            message = await self.call.read()
+            if message.WhichOneof("response") is not None or message.HasField("dynamic_metadata"):
+                return message
+            assert message.HasField("override_message_timeout"), message
+            self.overrides.append(message.override_message_timeout.ToTimedelta())
 
     async def headers(
         self,

@@ -347,10 +347,12 @@ async def test_second_request_waits_until_the_first_stream_ends(
     second = Stream(channel)
     await second.headers(TEAM)
     await second.write_body(body)
-    pending = asyncio.ensure_future(second.call.read())
+    pending = asyncio.ensure_future(second.read_answer())
     await wait_until(lambda: gate.depth("interactive") == 1)
     await asyncio.sleep(0.05)
     assert not pending.done()  # still queued behind the first
+    # Before waiting it asked Envoy to wait: its class's max_wait (5 s) + 2 s.
+    assert [o.total_seconds() for o in second.overrides] == [7.0]
 
     await first.close()  # the request is over: its slot is released
     answer = await asyncio.wait_for(pending, 5)

@@ -16,11 +16,16 @@ the route's response headers.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from google.protobuf import duration_pb2
 
 from sluicegate import wire
 
@@ -69,6 +74,29 @@ def new_reservation_id() -> str:
     return f"{_PROCESS_TOKEN}-{next(_SEQUENCE)}"
 
 
+# Past the longest queue wait, how long Envoy still waits for the answer (the queue, not
+# Envoy, decides when a waiting request is shed, with a 503 that says why).
+QUEUE_MARGIN_S: Final = 2.0
+
+
+@functools.lru_cache(maxsize=64)
+def _override_answer(seconds: float) -> bytes:
+    timeout = duration_pb2.Duration()
+    timeout.FromNanoseconds(int(seconds * 1e9))
+    answer: bytes = ep.ProcessingResponse(override_message_timeout=timeout).SerializeToString()
+    return answer
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A request whose answer waits for gate slots (after the timeout override)."""
+
+    gates: tuple[str, ...]
+    priority: str
+    tokens: int
+    admitted: Callable[[], bytes]
+
+
 def _metadata_answer(values: dict[str, str]) -> bytes:
     message = ep.ProcessingResponse(
         dynamic_metadata=namespace_struct(wire.METADATA_NAMESPACE, values)
@@ -91,6 +119,7 @@ class AdmissionStream:
         "_routed",
         "_slots",
         "_table",
+        "_waiting",
     )
 
     def __init__(
@@ -106,6 +135,7 @@ class AdmissionStream:
         self._reservation: str | None = None
         self._routed = False
         self._slots: list[Slot] = []
+        self._waiting: _Waiting | None = None
 
     async def on_message(self, request: Any) -> bytes:
         policy = self._policy
@@ -210,21 +240,64 @@ class AdmissionStream:
                 estimate.input_tokens + estimate.output_tokens
             )
         tokens = estimate.input_tokens + estimate.output_tokens
-        for name in gates:
+        admitted = partial(self._admitted, routed, priority, facts.model, estimate, decision)
+        if not gates:
+            return admitted()
+        # The wait comes after this answer (finish_waiting): first ask Envoy to wait that
+        # long for the real one, so its message timeout can stay short for everything else.
+        self._waiting = _Waiting(gates, priority, tokens, admitted)
+        return self._override_timeout(gates, priority)
+
+    @property
+    def waiting(self) -> bool:
+        """The last answer only extended Envoy's timeout; finish_waiting() gives the real one."""
+        return self._waiting is not None
+
+    async def finish_waiting(self) -> bytes:
+        """Wait for a slot at each of the route's gates, in order; the routed answer, or the
+        503 of a shed request (its slots and reservation given back)."""
+        pending, self._waiting = self._waiting, None
+        assert pending is not None
+        for name in pending.gates:
             gate = self._controller.gates.get(name)
             if gate is None:
                 continue  # removed by a reload a moment ago
             try:
-                slot = await gate.acquire(priority, tokens)
+                slot = await gate.acquire(pending.priority, pending.tokens)
             except Shed as shed:
-                self._controller.metrics.queue_time.labels(priority, "shed").observe(shed.queued_s)
+                queue_time = self._controller.metrics.queue_time
+                queue_time.labels(pending.priority, "shed").observe(shed.queued_s)
                 self.close()  # frees slots taken so far and refunds the reservation
-                return self._refuse(f"shed_{shed.reason}", priority, answers.shed(shed))
+                return self._refuse(f"shed_{shed.reason}", pending.priority, answers.shed(shed))
             self._slots.append(slot)
-            self._controller.metrics.queue_time.labels(priority, "admitted").observe(slot.queued_s)
+            queue_time = self._controller.metrics.queue_time
+            queue_time.labels(pending.priority, "admitted").observe(slot.queued_s)
+        return pending.admitted()
+
+    def _override_timeout(self, gates: tuple[str, ...], priority: str) -> bytes:
+        """ProcessingResponse.override_message_timeout: the longest this request may wait
+        (its class's max_wait at every gate it passes) plus a margin. The translator sets
+        Envoy's max_message_timeout to cover it."""
+        wait_s = QUEUE_MARGIN_S
+        for name in gates:
+            gate = self._controller.gates.get(name)
+            if gate is not None:
+                wait_s += max(
+                    (c.max_wait_s for c in gate.policy.classes if c.name == priority), default=0
+                )
+        return _override_answer(wait_s)
+
+    def _admitted(
+        self,
+        routed: bytes,
+        priority: str,
+        model: str,
+        estimate: Usage,
+        decision: Decision | None,
+    ) -> bytes:
         self._routed = True
         self._controller.metrics.decisions.labels("admitted", priority).inc()
-        return routed + self._metadata(facts.model, estimate, decision)
+        return routed + self._metadata(model, estimate, decision)
 
     def _metadata(self, model: str, estimate: Usage, decision: Decision | None) -> bytes:
         values = {

@@ -42,7 +42,6 @@ _ADMITTED, _REFUSED, _TOO_LARGE, _ID_IN_USE = 1, 0, 2, -1
 _DEADLINE_FACTOR = 3
 
 
-
 def _pool_options() -> dict[str, Any]:
     """redis-py 7+ hands out pooled connections the server already closed while its
     "maintenance notifications" are on (the default, "auto"): after a Redis restart each
@@ -56,6 +55,7 @@ def _pool_options() -> dict[str, Any]:
 
 
 _POOL_OPTIONS: Final = _pool_options()
+
 
 class RedisStore:
     """LimiterStore in Redis (standalone or Cluster: all keys share one slot)."""

@@ -108,13 +108,16 @@ def ext_proc_config(
     because Envoy's 200 ms default is shorter than any queue wait. metadata_namespaces
     are dynamic-metadata namespaces the server may read and write (the attempt stage
     keeps the client's original path there, because retries reuse the rewritten headers).
-    A request may wait in an admission queue before its body is answered, so the message
-    timeout is at least the longest queue wait plus a margin: the queue, not Envoy, decides
-    when a waiting request is shed (with a 503 that says why).
+    A request may wait in an admission queue before its body is answered: the server then
+    first sends override_message_timeout (its class's wait at each gate plus 2 s), and
+    max_message_timeout allows it; the queue, not Envoy, decides when a waiting request is
+    shed (with a 503 that says why). Every other message keeps the short timeout, so a
+    stuck ext_proc server fails requests fast.
     """
     timeout_ms = limits.ext_proc_message_timeout_ms
-    if longest_queue_wait_ms:
-        timeout_ms = max(timeout_ms, longest_queue_wait_ms + QUEUE_WAIT_MARGIN_MS)
+    # A request may pass a route gate and a provider gate, each up to its class's wait.
+    longest_override_ms = 2 * longest_queue_wait_ms + QUEUE_WAIT_MARGIN_MS
+    max_timeout_ms = max(timeout_ms * MAX_MESSAGE_TIMEOUT_FACTOR, longest_override_ms)
     return ext_proc_pb2.ExternalProcessor(
         grpc_service=grpc_service_pb2.GrpcService(
             envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=wire.EXT_PROC_CLUSTER),
@@ -133,7 +136,7 @@ def ext_proc_config(
         if metadata_namespaces
         else None,
         message_timeout=duration_ms(timeout_ms),
-        max_message_timeout=duration_ms(timeout_ms * MAX_MESSAGE_TIMEOUT_FACTOR),
+        max_message_timeout=duration_ms(max_timeout_ms),
         failure_mode_allow=False,
         allow_mode_override=False,
     )
