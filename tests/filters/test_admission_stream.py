@@ -343,6 +343,7 @@ async def test_second_request_waits_until_the_first_stream_ends(
     first, answer = await admit(channel, TEAM, body)
     assert routed_model(answer) == "gated-model"
     assert (gate.in_flight, gate.in_flight_tokens) == (1, PROMPT + 10)
+    assert first.overrides == []  # a gate with room: no timeout override, no extra message
 
     second = Stream(channel)
     await second.headers(TEAM)

@@ -21,6 +21,31 @@ async def test_admits_at_once_while_there_is_room() -> None:
     assert (g.in_flight, g.in_flight_tokens) == (0, 0)
 
 
+async def test_try_acquire_takes_a_free_slot_and_otherwise_changes_nothing() -> None:
+    g = gate(max_requests=1)
+    slot = g.try_acquire("standard", 5)
+    assert slot is not None and (g.in_flight, g.in_flight_tokens) == (1, 5)
+    assert g.try_acquire("interactive", 5) is None  # full: no slot, no queue entry
+    assert (g.in_flight, g.queued) == (1, 0)
+    waiter = await queue(g, "batch", 5)
+    slot.release()
+    await settle()
+    assert granted(waiter).priority == "batch"
+    granted(waiter).release()
+    # A waiter of its class or above goes first: try_acquire never jumps it, even when
+    # the request would fit (here the waiter is too big for the tokens left).
+    t = gate(max_requests=None, max_tokens=10)
+    holder = t.try_acquire("standard", 8)
+    assert holder is not None
+    big = await queue(t, "standard", 5)
+    assert t.try_acquire("standard", 1) is None
+    assert t.try_acquire("batch", 1) is None
+    holder.release()
+    await settle()
+    granted(big).release()
+    assert (t.in_flight, t.queued) == (0, 0)
+
+
 async def test_unbounded_gate_never_queues() -> None:
     g = gate(max_requests=None, max_tokens=None)
     slots = [await g.acquire("batch", 10**6) for _ in range(100)]

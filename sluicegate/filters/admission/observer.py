@@ -25,7 +25,7 @@ from sluicegate import wire
 
 from ..headers import header_text
 from ..limiter import Usage
-from ..usage import UsageParser, usage_parser
+from ..usage import SseUsageParser, UsageParser, usage_parser
 from .controller import AdmissionController
 
 SOURCE_PROVIDER: Final = "provider"
@@ -100,9 +100,9 @@ class UsageStream:
                 self._status = int(text) if text.isdigit() else 0
             elif header.key == "content-type":
                 content_type = header_text(header)
-        # Media types are case-insensitive (RFC 9110).
-        self._streaming = content_type is not None and "event-stream" in content_type.lower()
         self._parser = usage_parser(content_type)
+        # One reading of the media type, the parser's (SSE or not).
+        self._streaming = isinstance(self._parser, SseUsageParser)
         if request.response_headers.end_of_stream:
             self.finish()
 

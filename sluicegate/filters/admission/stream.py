@@ -64,6 +64,8 @@ def _without_client_key() -> bytes:
 
 
 KEY_REMOVED: Final = _without_client_key()
+# The request headers the admission stage reads.
+_READ: Final = frozenset((":path", wire.PRIORITY_HEADER, *wire.CLIENT_KEY_HEADERS))
 
 # Reservation ids: unique across replicas (random per process) and cheap per request.
 _PROCESS_TOKEN: Final = os.urandom(6).hex()
@@ -165,7 +167,8 @@ class AdmissionStream:
             # No body, no model: only routes without a provider can match (404, listings).
             self._counters.inc(STAGE, outcome.NO_BODY)
             return BODILESS_ANSWER
-        headers = {h.key: header_text(h) for h in message.headers.headers}
+        # Decode only the few headers admission reads (a request carries twenty or more).
+        headers = {h.key: header_text(h) for h in message.headers.headers if h.key in _READ}
         self._priority_header = headers.get(wire.PRIORITY_HEADER)
         self._path = headers.get(":path")
         keyring = self._policy.keyring
@@ -241,12 +244,20 @@ class AdmissionStream:
             )
         tokens = estimate.input_tokens + estimate.output_tokens
         admitted = partial(self._admitted, routed, priority, facts.model, estimate, decision)
-        if not gates:
-            return admitted()
-        # The wait comes after this answer (finish_waiting): first ask Envoy to wait that
-        # long for the real one, so its message timeout can stay short for everything else.
-        self._waiting = _Waiting(gates, priority, tokens, admitted)
-        return self._override_timeout(gates, priority)
+        for index, name in enumerate(gates):
+            gate = self._controller.gates.get(name)
+            if gate is None:
+                continue  # removed by a reload a moment ago
+            slot = gate.try_acquire(priority, tokens)
+            if slot is None:
+                # This one makes it wait, after this answer (finish_waiting): first ask
+                # Envoy to wait that long for the real one, so its message timeout can stay
+                # short for everything else. A gate with room costs no extra message.
+                rest = gates[index:]
+                self._waiting = _Waiting(rest, priority, tokens, admitted)
+                return self._override_timeout(rest, priority)
+            self._taken(slot, priority)
+        return admitted()
 
     @property
     def waiting(self) -> bool:
@@ -269,10 +280,12 @@ class AdmissionStream:
                 queue_time.labels(pending.priority, "shed").observe(shed.queued_s)
                 self.close()  # frees slots taken so far and refunds the reservation
                 return self._refuse(f"shed_{shed.reason}", pending.priority, answers.shed(shed))
-            self._slots.append(slot)
-            queue_time = self._controller.metrics.queue_time
-            queue_time.labels(pending.priority, "admitted").observe(slot.queued_s)
+            self._taken(slot, pending.priority)
         return pending.admitted()
+
+    def _taken(self, slot: Slot, priority: str) -> None:
+        self._slots.append(slot)
+        self._controller.metrics.queue_time.labels(priority, "admitted").observe(slot.queued_s)
 
     def _override_timeout(self, gates: tuple[str, ...], priority: str) -> bytes:
         """ProcessingResponse.override_message_timeout: the longest this request may wait

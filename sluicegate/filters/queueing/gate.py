@@ -164,18 +164,28 @@ class PriorityGate:
 
     # -- admission -----------------------------------------------------------------------------
 
-    async def acquire(self, priority: str, tokens: int) -> Slot:
-        """Admit now or wait in the class's queue; raises Shed, or ValueError for bad input.
-
-        Cancelling the awaiting task (client gone) leaves the queue and holds
-        nothing, even if the grant raced the cancellation.
-        """
+    def try_acquire(self, priority: str, tokens: int) -> Slot | None:
+        """A slot now if the request would be admitted without waiting, else None (and
+        nothing changes); ValueError for bad input. The caller can then skip whatever
+        waiting costs (the ext_proc timeout override) for the common case."""
         cls = self._class(priority)
         _check_tokens(tokens)
         # Settle first: a waiter cancelled since the last change may still sit at a queue head.
         self._dispatch()
         if self._fits(cls, tokens) and not self._waiting_through(cls.rank):
             return self._admit(cls, tokens, queued_s=0.0)
+        return None
+
+    async def acquire(self, priority: str, tokens: int) -> Slot:
+        """Admit now or wait in the class's queue; raises Shed, or ValueError for bad input.
+
+        Cancelling the awaiting task (client gone) leaves the queue and holds
+        nothing, even if the grant raced the cancellation.
+        """
+        slot = self.try_acquire(priority, tokens)
+        if slot is not None:
+            return slot
+        cls = self._class(priority)
         if len(cls.queue) >= cls.policy.max_queue:
             raise self._refuse(
                 cls, f"the {cls.name} queue of {self._where} is full ({len(cls.queue)} waiting)"
