@@ -767,8 +767,8 @@ def report(command: str, results: Results, envoy: str) -> str:
         if stress is not None:
             lines += [
                 f"Stress probe: (c) with the default store settings (`timeout: 100ms`, "
-                f"fail_closed), {stress.streams} concurrent streams (more than redis-py's "
-                f"default pool of 100 connections), {stress.requests} requests after a "
+                f"fail_closed), {stress.streams} concurrent streams (as many as sluicegate's "
+                f"blocking pool of 256 Redis connections), {stress.requests} requests after a "
                 f"warm-up at {cost.streams}: **{stress.not_routed} answers not routed** "
                 f"(503 rate_limiter_unavailable); store-down log lines: "
                 f"{len(stress.store_down_lines)}"
