@@ -273,8 +273,15 @@ def test_reservation_refuses_the_overflowing_request_with_retry_after_and_header
 def test_streams_reconcile_with_and_without_include_usage(stack: Stack) -> None:
     _wait_window_clear(stack)
     openai = client(stack, "tight")
+
+    def reports(source: str) -> float:
+        return metric(metrics(stack), "sluicegate_usage_reports_total", 0, source=source)
+
+    before = {source: reports(source) for source in ("provider", "counted")}
     # Three streams of ~160 reserved each would not fit 400 unless each is reconciled.
     for include_usage in (True, False, True, False):
+        source = "provider" if include_usage else "counted"
+        seen = reports(source)
         options: Any = {"include_usage": True} if include_usage else None
         stream = openai.chat.completions.create(
             model="chat", messages=HELLO, max_tokens=160, stream=True, stream_options=options
@@ -283,10 +290,13 @@ def test_streams_reconcile_with_and_without_include_usage(stack: Stack) -> None:
         # Client code reading choices[0] of every content chunk keeps working.
         assert any(c.choices and c.choices[0].delta.content for c in chunks)
         assert bool(chunks[-1].usage) is include_usage
-        time.sleep(0.2)  # the observer reconciles right after the stream ends
-    text = metrics(stack)
-    assert metric(text, "sluicegate_usage_reports_total", source="provider") >= 2
-    assert metric(text, "sluicegate_usage_reports_total", source="counted") >= 2
+        # The observer is never waited on by Envoy: its report comes a moment later.
+        deadline = time.monotonic() + 5
+        while reports(source) <= seen:
+            assert time.monotonic() < deadline, f"no {source} usage report for the stream"
+            time.sleep(0.05)
+    assert reports("provider") - before["provider"] == 2
+    assert reports("counted") - before["counted"] == 2
 
 
 # ----- priority gate: shedding, slots released ------------------------------------------
