@@ -520,7 +520,10 @@ def test_a_request_queued_longer_than_the_message_timeout_is_still_served(stack:
                     return r.status
 
             holders = [asyncio.create_task(one({"x-mock-ttft-ms": "2000"})) for _ in range(2)]
-            await asyncio.sleep(0.3)  # both slots of the gate are taken
+            deadline = time.monotonic() + 5
+            while stack.status()["admission"]["gates"]["route:gated"]["in_flight"] < 2:
+                assert time.monotonic() < deadline, "the two holders never took the gate"
+                await asyncio.sleep(0.02)
             started = time.monotonic()
             queued = await one({})
             waited = time.monotonic() - started
