@@ -272,7 +272,9 @@ async def test_no_free_connection_is_not_redis_down(
 ) -> None:
     """More concurrent calls than pooled connections: the excess waits, and one that
     still finds none in time is decided by the fallback without marking Redis down."""
-    redis = RedisStore(server.url, key_prefix=key_prefix, timeout_s=0.1, max_connections=2)
+    # 0.5 s: the 64 calls below queue on two connections; on a loaded machine 0.1 s
+    # was not always enough for the last of them to get one.
+    redis = RedisStore(server.url, key_prefix=key_prefix, timeout_s=0.5, max_connections=2)
     store = FailoverStore(
         redis, on_failure="fail_closed", probe_interval_s=PROBE_S, failures_to_down=1
     )
