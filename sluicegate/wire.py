@@ -4,7 +4,9 @@ The translator writes them into Envoy config, the ext_proc filter reads and sets
 them, the bootstrap declares the clusters. One place, so they cannot drift.
 """
 
-from typing import Final
+import json
+from collections.abc import Iterable
+from typing import Any, Final
 
 # Set by the ext_proc filter from the request body's "model"; routes match on it.
 MODEL_HEADER: Final = "x-sluicegate-model"
@@ -55,3 +57,22 @@ UPSTREAM_HOST_METADATA_ATTRIBUTE: Final = "xds.upstream_host_metadata"
 # SDS name of a provider's upstream key (`sluicegate-key-<provider>`); the Secret holds
 # `Bearer <key>`. Keys never appear in clusters, routes or endpoint metadata.
 KEY_SECRET_PREFIX: Final = "sluicegate-key-"
+
+
+# ----- model listings: Envoy serves them (direct responses); ext_proc serves a tenant's --
+
+
+def model_object(model: str) -> dict[str, Any]:
+    """OpenAI's model object; `created` is unknown to a gateway, 0 keeps output stable."""
+    return {"id": model, "object": "model", "created": 0, "owned_by": "sluicegate"}
+
+
+def models_list_body(models: Iterable[str]) -> bytes:
+    """OpenAI's `GET /v1/models` answer for `models`, sorted and de-duplicated."""
+    data = [model_object(model) for model in sorted(set(models))]
+    return json.dumps({"object": "list", "data": data}, separators=(",", ":")).encode()
+
+
+def model_body(model: str) -> bytes:
+    """OpenAI's `GET /v1/models/{model}` answer."""
+    return json.dumps(model_object(model), separators=(",", ":")).encode()

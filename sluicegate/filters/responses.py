@@ -94,10 +94,16 @@ def immediate_error(
 ) -> bytes:
     """Serialized `ImmediateResponse` carrying an OpenAI-style JSON error (and any extra
     response headers, e.g. Retry-After and x-ratelimit-* on a 429)."""
+    body = openai_error(message, type=type, param=param, code=code)
+    return immediate_json(status, body, details=f"sluicegate_{code or type}", headers=headers)
+
+
+def immediate_json(
+    status: int, body: bytes, *, details: str, headers: Sequence[tuple[str, str]] = ()
+) -> bytes:
+    """Serialized `ImmediateResponse` with a JSON body; `details` shows in Envoy's logs."""
     immediate = ep.ImmediateResponse(
-        status=http_status_pb2.HttpStatus(code=status),
-        body=openai_error(message, type=type, param=param, code=code),
-        details=f"sluicegate_{code or type}",
+        status=http_status_pb2.HttpStatus(code=status), body=body, details=details
     )
     immediate.headers.set_headers.append(_JSON_CONTENT_TYPE)
     immediate.headers.set_headers.extend(

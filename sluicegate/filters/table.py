@@ -64,7 +64,7 @@ class RoutingTable:
     never see a half-built table, so the hot path takes no lock.
     """
 
-    __slots__ = ("_answers", "_candidates", "_routes")
+    __slots__ = ("_answers", "_by_prefix", "_candidates", "_routes")
 
     def __init__(
         self,
@@ -78,6 +78,13 @@ class RoutingTable:
             model: tuple(infos) for model, infos in (candidates or {}).items() if len(infos) > 1
         }
         self._answers: dict[str, bytes] = {model: _routed_answer(model) for model in self._routes}
+        by_prefix: dict[str, set[str]] = {}
+        for model, info in self._routes.items():
+            by_prefix.setdefault(info.path_prefix, set()).add(model)
+        for model, infos in self._candidates.items():
+            for info in infos:
+                by_prefix.setdefault(info.path_prefix, set()).add(model)
+        self._by_prefix = {prefix: frozenset(models) for prefix, models in by_prefix.items()}
 
     @classmethod
     def empty(cls) -> RoutingTable:
@@ -89,7 +96,8 @@ class RoutingTable:
         table: dict[str, RouteInfo] = {}
         candidates: dict[str, list[RouteInfo]] = {}
         for route in routes:
-            info = RouteInfo(route=route.name, path_prefix=route.path_prefix)
+            # A prefix is a directory, as the translator treats it: "/v1" is "/v1/".
+            info = RouteInfo(route=route.name, path_prefix=route.path_prefix.rstrip("/") + "/")
             for model in route.models:
                 table.setdefault(model, info)
                 candidates.setdefault(model, []).append(info)
@@ -131,6 +139,10 @@ class RoutingTable:
             if path.startswith(info.path_prefix):
                 return info
         return self._routes.get(model)
+
+    def models_under(self) -> Mapping[str, frozenset[str]]:
+        """Path prefix -> the models served under it (what `<prefix>models` lists)."""
+        return self._by_prefix
 
     def routed_answer(self, model: str) -> bytes | None:
         """The serialized body answer that routes `model`, or None if no route serves it."""

@@ -210,6 +210,31 @@ def test_a_model_outside_the_tenants_list_is_403(stack: Stack) -> None:
     assert status == 200
 
 
+def get(stack: Stack, path: str, key: str | None) -> tuple[int, dict[str, Any]]:
+    headers = {} if key is None else {"authorization": f"Bearer {key}"}
+    request = urllib.request.Request(stack.gateway + path, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_model_listings_need_a_key_and_show_a_tenant_only_its_models(stack: Stack) -> None:
+    status, body = get(stack, "/v1/models", None)
+    assert (status, body["error"]["code"]) == (401, "missing_api_key")
+    status, body = get(stack, "/v1/models/chat", "sk-wrong")
+    assert (status, body["error"]["code"]) == (401, "invalid_api_key")
+
+    everything = sorted(client(stack).models.list().model_dump()["data"], key=lambda m: m["id"])
+    assert [m["id"] for m in everything] == ["capped", "chat", "gated", "plain"]
+    narrow = client(stack, "narrow")
+    assert [m.id for m in narrow.models.list()] == ["plain"]
+    assert narrow.models.retrieve("plain").id == "plain"
+    status, body = get(stack, "/v1/models/chat", KEYS["narrow"])
+    assert (status, body["error"]["code"]) == (404, "model_not_found")
+
+
 # ----- token limits: reserve before admitting, reconcile after --------------------------
 
 

@@ -120,6 +120,10 @@ def _wait_serving(stack: Stack, timeout_s: float) -> None:
             with urllib.request.urlopen(stack.gateway + "/v1/models", timeout=2) as response:
                 if response.status == 200:
                     return
+        except urllib.error.HTTPError as err:
+            if err.code == 401:  # tenants exist: ext_proc answered, so all of it is up
+                return
+            last = err
         except (OSError, urllib.error.URLError) as err:
             last = err
         time.sleep(0.1)

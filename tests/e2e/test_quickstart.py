@@ -126,7 +126,10 @@ def _wait_until(predicate: Any, timeout_s: float = 10.0) -> None:
 
 
 def _served(stack: Stack) -> set[str]:
-    with urllib.request.urlopen(stack.gateway + "/v1/models", timeout=5) as response:
+    request = urllib.request.Request(
+        stack.gateway + "/v1/models", headers={"authorization": f"Bearer {DEMO_KEY}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
         return {m["id"] for m in json.load(response)["data"]}
 
 

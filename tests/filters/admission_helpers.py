@@ -131,11 +131,14 @@ class Stream:
         key: str | None = None,
         extra: Sequence[tuple[str, str]] = (),
         path: str = "/v1/chat/completions",
+        method: str = "POST",
     ) -> Any:
+        """The request headers; a GET has no body (end_of_stream), as Envoy sends it."""
         pairs = list(extra)
         if key is not None:
             pairs.append(("authorization", f"Bearer {key}"))
-        return await self.send(headers_message(path, extra=pairs))
+        message = headers_message(path, extra=pairs, method=method, end_of_stream=method == "GET")
+        return await self.send(message)
 
     async def body(self, body: bytes) -> Any:
         return await self.send(body_message(body))

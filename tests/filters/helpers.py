@@ -47,10 +47,11 @@ def headers_message(
     content_length: int | None = None,
     attributes: Mapping[str, str] | None = None,
     original_path: str | None = None,
+    method: str = "POST",
 ) -> Any:
     request = ep.ProcessingRequest()
     headers = request.request_headers.headers.headers
-    pairs = [(":path", path), (":method", "POST"), *extra]
+    pairs = [(":path", path), (":method", method), *extra]
     if content_length is not None:
         pairs.append(("content-length", str(content_length)))
     for key, value in pairs:

@@ -4,6 +4,7 @@ keys, models, priority, reservations, gates (release, cancel, shed) and the open
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -179,6 +180,63 @@ async def test_valid_key_is_removed_before_anything_goes_upstream(
     assert not common.clear_route_cache
     assert routed_model(await stream.body(body_of("gpt-4o"))) == "gpt-4o"
     await stream.close()
+
+
+# ----- requests without a body: listings and 404s ---------------------------------------
+
+
+def listed(answer: object) -> list[str]:
+    """The model ids of an immediate 200 listing."""
+    assert answer.WhichOneof("response") == "immediate_response", answer  # type: ignore[attr-defined]
+    immediate = answer.immediate_response  # type: ignore[attr-defined]
+    assert immediate.status.code == 200
+    document = json.loads(immediate.body)
+    assert document["object"] == "list"
+    return [entry["id"] for entry in document["data"]]
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/models/gpt-4o", "/v1/chat/completions"])
+async def test_a_bodiless_request_needs_a_key_too(channel: grpc.aio.Channel, path: str) -> None:
+    for key, code in ((None, "missing_api_key"), ("sk-nobody", "invalid_api_key")):
+        stream = Stream(channel)
+        status, err = error_of(await stream.headers(key, path=path, method="GET"))
+        assert (status, err["code"]) == (401, code)
+        await stream.close()
+
+
+async def test_a_bodiless_request_with_a_key_loses_it_and_rematches_without_a_model(
+    channel: grpc.aio.Channel,
+) -> None:
+    stream = Stream(channel)
+    answer = await stream.headers(
+        TEAM, extra=[(wire.MODEL_HEADER, "gpt-4o")], path="/v1/models", method="GET"
+    )
+    assert answer.WhichOneof("response") == "request_headers"
+    common = answer.request_headers.response
+    removed = list(common.header_mutation.remove_headers)
+    assert {"authorization", "x-api-key", "api-key", wire.MODEL_HEADER} == set(removed)
+    assert common.clear_route_cache  # Envoy's own listing answers a tenant with every model
+    await stream.close()
+
+
+async def test_a_tenant_limited_to_some_models_is_listed_only_those(
+    channel: grpc.aio.Channel,
+) -> None:
+    stream = Stream(channel)
+    assert listed(await stream.headers(NARROW, path="/v1/models?limit=5", method="GET")) == [
+        "small"
+    ]
+    await stream.close()
+    stream = Stream(channel)
+    status, err = error_of(await stream.headers(NARROW, path="/v1/models/gpt-4o", method="GET"))
+    assert (status, err["code"]) == (404, "model_not_found")
+    await stream.close()
+    # A model it may use, or a path that is no listing: Envoy's own answer serves.
+    for path in ("/v1/models/small", "/v1/chat/completions", "/v2/models"):
+        stream = Stream(channel)
+        answer = await stream.headers(NARROW, path=path, method="GET")
+        assert answer.WhichOneof("response") == "request_headers", path
+        await stream.close()
 
 
 # ----- model and priority ---------------------------------------------------------------

@@ -5,9 +5,12 @@ client gone (checked on Envoy 1.40), so the end of this stream is exactly when a
 slot must be released: `close()` runs then, whatever happened.
 
 On the request headers: the client key is checked (401) and removed, so it never reaches
-a provider. On the buffered body, in this order: the body is read (400), the model routed
-(404) and checked against the tenant's models (403); tokens are estimated and reserved on
-every applicable limit at once (429, or 503 when the store is down and set to fail
+a provider. Requests without a body (model listings, 404s) are checked too, and a tenant
+allowed only some models is listed only those (listing.py).
+
+On the buffered body, in this order: the body is read (400), the model routed (404) and
+checked against the tenant's models (403); tokens are estimated and reserved on every
+applicable limit at once (429, or 503 when the store is down and set to fail
 closed); the request then waits for a slot at its route's gate in its priority class
 (503 when shed; the reservation is refunded). The answer routes the request and leaves
 dynamic metadata: the reservation for the usage observer, the x-ratelimit-* values for
@@ -51,21 +54,27 @@ from ..table import RoutingTable
 from . import answers
 from .controller import AdmissionController
 from .keyring import ClientIdentity, presented_key
+from .listing import tenant_listing
 from .policy import AdmissionPolicy, TenantPolicy
 
 STAGE: Final = wire.STAGE_ROUTING
 NO_CLASS: Final = "none"  # priority label before a class is known
 
 
-def _without_client_key() -> bytes:
-    response = common()
+def _without_client_key(*, bodiless: bool = False) -> bytes:
+    """Removes the client's key. Bodiless, also as routing.BODILESS_ANSWER: drops any
+    client-sent model header and re-matches, so only routes needing no model match."""
+    response = common(clear_route_cache=bodiless)
     response.header_mutation.remove_headers.extend(wire.CLIENT_KEY_HEADERS)
+    if bodiless:
+        response.header_mutation.remove_headers.append(wire.MODEL_HEADER)
     return request_headers_answer(response)
 
 
 KEY_REMOVED: Final = _without_client_key()
+BODILESS_KEY_REMOVED: Final = _without_client_key(bodiless=True)
 # The request headers the admission stage reads.
-_READ: Final = frozenset((":path", wire.PRIORITY_HEADER, *wire.CLIENT_KEY_HEADERS))
+_READ: Final = frozenset((":method", ":path", wire.PRIORITY_HEADER, *wire.CLIENT_KEY_HEADERS))
 
 # Reservation ids: unique across replicas (random per process) and cheap per request.
 _PROCESS_TOKEN: Final = os.urandom(6).hex()
@@ -163,7 +172,9 @@ class AdmissionStream:
     # ----- request headers ---------------------------------------------------------------
 
     def _on_headers(self, message: Any) -> bytes:
-        if message.end_of_stream:
+        bodiless = message.end_of_stream
+        keyring = self._policy.keyring
+        if bodiless and keyring is None:
             # No body, no model: only routes without a provider can match (404, listings).
             self._counters.inc(STAGE, outcome.NO_BODY)
             return BODILESS_ANSWER
@@ -171,7 +182,6 @@ class AdmissionStream:
         headers = {h.key: header_text(h) for h in message.headers.headers if h.key in _READ}
         self._priority_header = headers.get(wire.PRIORITY_HEADER)
         self._path = headers.get(":path")
-        keyring = self._policy.keyring
         if keyring is None:
             return CONTINUE_REQUEST_HEADERS
         key = presented_key(headers)
@@ -181,7 +191,21 @@ class AdmissionStream:
         if identity is None:
             return self._refuse("unauthenticated", NO_CLASS, answers.INVALID_KEY)
         self._identity = identity
-        return KEY_REMOVED
+        if not bodiless:
+            return KEY_REMOVED
+        # A listing, a 404: keys are checked on these too, so none is open to anyone.
+        self._counters.inc(STAGE, outcome.NO_BODY)
+        tenant = self._tenant()
+        if tenant is not None and tenant.allowed_models is not None:
+            answer = tenant_listing(
+                headers.get(":method"),
+                self._path,
+                self._table.models_under(),
+                tenant.allowed_models,
+            )
+            if answer is not None:
+                return answer
+        return BODILESS_KEY_REMOVED
 
     # ----- request body ------------------------------------------------------------------
 

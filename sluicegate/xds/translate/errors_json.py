@@ -10,9 +10,12 @@ Envoy-originated reply (local reply) gets; `listeners.py` turns it into the HCM'
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from sluicegate.wire import model_body, models_list_body
+
+__all__ = ["model_body", "models_list_body"]  # the listings' format lives in wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,19 +78,3 @@ def error_body(message: str, type_: str, code: str | None, param: str | None = N
 def error_struct(message: str, type_: str, code: str | None) -> dict[str, Any]:
     """The same object as a dict for Envoy's `json_format` (string values are formats)."""
     return {"error": {"message": message, "type": type_, "param": None, "code": code}}
-
-
-def model_object(model: str) -> dict[str, Any]:
-    """OpenAI's model object; `created` is unknown to a gateway, 0 keeps output stable."""
-    return {"id": model, "object": "model", "created": 0, "owned_by": "sluicegate"}
-
-
-def models_list_body(models: Iterable[str]) -> bytes:
-    """OpenAI's `GET /v1/models` answer for `models`, sorted and de-duplicated."""
-    data = [model_object(model) for model in sorted(set(models))]
-    return json.dumps({"object": "list", "data": data}, separators=(",", ":")).encode()
-
-
-def model_body(model: str) -> bytes:
-    """OpenAI's `GET /v1/models/{model}` answer."""
-    return json.dumps(model_object(model), separators=(",", ":")).encode()

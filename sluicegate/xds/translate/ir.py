@@ -230,9 +230,13 @@ class AdmissionIR:
     x-ratelimit-* headers from dynamic metadata. observe_usage: token limits exist, so a
     response observer reports real usage to reconcile reservations. longest_queue_wait_ms:
     how long the routing stage may hold a request in a priority queue before answering.
+    keys_required: tenants exist, so every request under a route prefix needs a client key,
+    model listings included (they then go through ext_proc, which also lists a tenant
+    only the models it may use).
     """
 
     enabled: bool = False
+    keys_required: bool = False
     observe_usage: bool = False
     longest_queue_wait_ms: int = 0
 
@@ -312,6 +316,7 @@ def _admission_ir(config: Config) -> AdmissionIR:
         enabled=enabled,
         observe_usage=token_limits,
         longest_queue_wait_ms=max(waits, default=0),
+        keys_required=bool(config.tenants),
     )
 
 

@@ -3,6 +3,8 @@
 Order (first match wins):
 1. Model listings, per distinct route prefix P: `GET P models` and `GET P models/<id>`,
    answered by Envoy itself (direct_response) with ext_proc disabled: no Python involved.
+   With client keys (tenants) ext_proc stays on there: it checks the key, and answers a
+   tenant limited to some models with its own list.
 2. Per route, per model: prefix P and header wire.MODEL_HEADER == model → cluster
    `route-<name>`. The header is set only by the routing-stage ext_proc, which then
    clears the route cache so the request re-matches here. Each carries the route's
@@ -106,13 +108,12 @@ def _routes(ir: GatewayIR, memo: RouteMemo | None = None) -> list[rc.Route]:
         models = sorted(
             {m for route in ir.routes if route.path_prefix == prefix for m in route.models}
         )
-        routes.append(_json_route(f"{prefix}models", models_list_body(models)))
+        keyed = ir.admission.keys_required
+        routes.append(_json_route(f"{prefix}models", models_list_body(models), keyed=keyed))
         for model in models:
             path = f"{prefix}models/{model}"
-            if memo is None:
-                routes.append(_model_listing(path, model))
-            else:
-                routes.append(memo.reuse(("listing", path), partial(_model_listing, path, model)))
+            build = partial(_model_listing, path, model, keyed=keyed)
+            routes.append(build() if memo is None else memo.reuse(("listing", path, keyed), build))
     for route in ir.routes:
         if memo is None:
             routes.extend(_model_route(route, model) for model in route.models)
@@ -143,13 +144,15 @@ def _not_found(prefix: str, *, ext_proc: bool) -> rc.Route:
     return route
 
 
-def _model_listing(path: str, model: str) -> rc.Route:
-    return _json_route(path, model_body(model))
+def _model_listing(path: str, model: str, *, keyed: bool) -> rc.Route:
+    return _json_route(path, model_body(model), keyed=keyed)
 
 
-def _json_route(path: str, body: bytes) -> rc.Route:
-    """GET `path` → 200 with a fixed JSON body, without calling ext_proc."""
-    return rc.Route(
+def _json_route(path: str, body: bytes, *, keyed: bool) -> rc.Route:
+    """GET `path` → 200 with a fixed JSON body. Without client keys, ext_proc is disabled
+    (no Python involved); with them, ext_proc checks the key first and answers a tenant
+    limited to some models itself."""
+    route = rc.Route(
         name="models",
         match=rc.RouteMatch(
             path=path,
@@ -167,8 +170,10 @@ def _json_route(path: str, body: bytes) -> rc.Route:
                 append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
             )
         ],
-        typed_per_filter_config={EXT_PROC_FILTER: _EXT_PROC_DISABLED},
     )
+    if not keyed:
+        route.typed_per_filter_config[EXT_PROC_FILTER].CopyFrom(_EXT_PROC_DISABLED)
+    return route
 
 
 def _model_routes(route: RouteIR) -> list[rc.Route]:
