@@ -198,3 +198,19 @@ async def test_a_hung_redis_times_out(key_prefix: str) -> None:
         finally:
             server.resume()
             await store.close()
+
+
+async def test_close_hangs_up_every_pooled_connection(
+    redis_server: RedisServer, raw: aioredis.Redis, key_prefix: str
+) -> None:
+    """A reload replaces the store; the old one must not leave its sockets open."""
+    before = len(await raw.client_list())
+    store = RedisStore(redis_server.url, key_prefix=key_prefix, timeout_s=2.0)
+    lim = limit("requests", 1000)
+    await asyncio.gather(*(store.reserve(f"r{i}", [lim], NOTHING) for i in range(8)))
+    assert len(await raw.client_list()) > before
+    await store.close()
+    deadline = time.monotonic() + 5
+    while len(await raw.client_list()) > before:
+        assert time.monotonic() < deadline, await raw.client_list()
+        await asyncio.sleep(0.02)

@@ -85,7 +85,9 @@ class RedisStore:
             retry_on_error=[],
             **_POOL_OPTIONS,
         )
-        self._client: aioredis.Redis = aioredis.Redis(connection_pool=pool)
+        # from_pool: the client owns the pool, so close() disconnects its connections too
+        # (with `connection_pool=` it would leave them open, one socket leak per reload).
+        self._client: aioredis.Redis = aioredis.Redis.from_pool(pool)
         self._base = f"sg:{{{key_prefix}}}:"
         self._deadline_s = timeout_s * _DEADLINE_FACTOR
         self._observer = observer
