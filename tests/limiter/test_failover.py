@@ -14,6 +14,7 @@ from tests.redis_server import RedisServer
 
 from .cases import NOTHING, limit, tokens
 from .conftest import RecordingObserver
+from .tcp_gate import TcpGate
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -298,3 +299,39 @@ async def test_no_free_connection_is_not_redis_down(
         assert store.state == "up"
     finally:
         await store.close()
+
+
+async def test_a_call_that_fails_while_redis_answers_others_is_not_redis_down(
+    server: RedisServer, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A burst on a loaded replica: the pooled connections answer, the new ones it opens
+    time out. Redis answered during those calls, so it is not down: each failed call is
+    decided by the fallback, and the replica keeps counting in Redis."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    async with TcpGate(server.port, admit=2) as gate:
+        store = FailoverStore(
+            RedisStore(gate.url, key_prefix=key_prefix, timeout_s=0.2),
+            on_failure="fail_closed",
+            probe_interval_s=PROBE_S,
+            failures_to_down=3,
+        )
+        try:
+            lim = limit("tokens", 10_000)
+            # Two connections that work, and stay pooled.
+            warm = await asyncio.gather(*(store.reserve(f"w{i}", [lim], tokens(1)) for i in (1, 2)))
+            assert [d.store_mode for d in warm] == ["ok", "ok"]
+            # Two calls get those; ten open new connections, which hang.
+            burst = await asyncio.gather(
+                *(store.reserve(f"b{i}", [lim], tokens(1)) for i in range(12))
+            )
+            modes = [d.store_mode for d in burst]
+            assert (modes.count("ok"), modes.count("fail_closed")) == (2, 10)
+            assert store.state == "up"  # ten failures, more than 3, but Redis was answering
+            gate.open()  # the load is gone: new connections complete again
+            after = await asyncio.gather(
+                *(store.reserve(f"a{i}", [lim], tokens(1)) for i in range(12))
+            )
+            assert {d.store_mode for d in after} == {"ok"}
+            assert state_lines(caplog) == []
+        finally:
+            await store.close()

@@ -6,9 +6,12 @@ Each switch is one log line and one observer call, never one per request.
 
 Down means `failures_to_down` failed calls in a row (3): one late answer on a busy
 replica (the timeout also counts event-loop lag) must not send a whole replica to its
-fallback for a second. Each failed call's request is decided by the fallback. A call
-that found no free pooled connection (StoreBusy) is this process's overload, not
-Redis's: it is decided by the fallback and does not count toward down.
+fallback for a second. Each failed call's request is decided by the fallback. Two kinds
+of failed call are this process's overload, not Redis's, and never count toward down:
+- one that found no free pooled connection (StoreBusy);
+- rule "answered meanwhile": one during which another call got Redis's answer. A burst
+  on a loaded replica opens connections that time out connecting while the pooled ones
+  keep answering; a dead Redis answers nobody, so calls started after it died count.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class FailoverStore:
             raise ValueError(f"failures_to_down must be >= 1, got {failures_to_down!r}")
         self._failures_to_down = failures_to_down
         self._failures_in_a_row = 0
+        self._last_answer = float("-inf")  # perf_counter when Redis last answered a call
         self._probe: asyncio.Task[None] | None = None
         self._dropped_reconciles = 0
 
@@ -98,9 +102,9 @@ class FailoverStore:
             try:
                 decision = await self._primary.reserve(reservation_id, limits, estimate)
             except StoreUnavailable as exc:
-                self._failed("reserve", exc)
+                self._failed("reserve", exc, started)
             else:
-                self._failures_in_a_row = 0
+                self._answered()
                 return decision
             finally:
                 self._latency("reserve", started)
@@ -116,9 +120,9 @@ class FailoverStore:
             try:
                 applied = await self._primary.reconcile(reservation_id, actual)
             except StoreUnavailable as exc:
-                self._failed("reconcile", exc)
+                self._failed("reconcile", exc, started)
             else:
-                self._failures_in_a_row = 0
+                self._answered()
                 return applied
             finally:
                 self._latency("reconcile", started)
@@ -152,11 +156,17 @@ class FailoverStore:
             return limit
         return dataclasses.replace(limit, limit=max(1, limit.limit // self._replicas))
 
-    def _failed(self, op: str, exc: StoreUnavailable) -> None:
+    def _answered(self) -> None:
+        self._failures_in_a_row = 0
+        self._last_answer = time.perf_counter()
+
+    def _failed(self, op: str, exc: StoreUnavailable, started: float) -> None:
+        """Count a failed call toward down, unless it was this process's overload (see the
+        module docstring: StoreBusy, and rule "answered meanwhile")."""
         observer = self._call_observer()
         if observer is not None:
             observer.store_failure(op)
-        if self._state == "down" or isinstance(exc, StoreBusy):
+        if self._state == "down" or isinstance(exc, StoreBusy) or self._last_answer > started:
             return
         self._failures_in_a_row += 1
         if self._failures_in_a_row < self._failures_to_down:
