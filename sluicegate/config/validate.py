@@ -149,6 +149,32 @@ def check_provider_gates(doc: Document, at: Locator) -> Iterable[Problem]:
                 )
 
 
+def check_gate_shares(doc: Document, at: Locator) -> Iterable[Problem]:
+    """Each ext_proc replica enforces its share of a gate, total ÷ replicas (at least 1):
+    warn where the shares cannot add up to the total."""
+    replicas = 1 + len(doc.replica_addresses)
+    if doc.admission is not None:
+        replicas = max(replicas, doc.admission.store.replicas)
+    if replicas == 1:
+        return
+    gates = [("providers", i, p.concurrency) for i, p in doc.providers]
+    gates += [("routes", i, r.concurrency) for i, r in doc.routes]
+    for section, index, concurrency in gates:
+        if concurrency is None:
+            continue
+        for field in ("max_requests", "max_tokens"):
+            total = getattr(concurrency, field)
+            if total is None or total % replicas == 0:
+                continue
+            share = max(1, total // replicas)
+            yield at.warning(
+                (section, index, "concurrency", field),
+                f"{replicas} ext_proc replicas each allow {share} ({total} ÷ {replicas}"
+                f"{', at least 1' if total < replicas else ', rounded down'}): "
+                f"{share * replicas} in all; use a multiple of {replicas}",
+            )
+
+
 def check_tls(doc: Document, at: Locator) -> Iterable[Problem]:
     for p, provider in doc.providers:
         if provider.tls is not None and urlsplit(provider.base_url).scheme != "https":
@@ -480,6 +506,7 @@ RULES: tuple[Rule, ...] = (
     check_provider_use,
     check_tls,
     check_provider_gates,
+    check_gate_shares,
     check_mock_urls,
     check_protocols,
     check_health_checks,

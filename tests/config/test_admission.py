@@ -47,7 +47,7 @@ admission:
     key_prefix: sg-prod
     timeout: 50ms
     on_failure: fail_closed
-    replicas: 3
+    replicas: 4
 tenants:
   - name: demo
     priority: interactive
@@ -112,7 +112,7 @@ def test_full_document_is_clean_and_loads_every_field() -> None:
         "sg-prod",
         50,
         "fail_closed",
-        3,
+        4,
     )
     demo, batch = config.tenants
     assert (demo.priority, demo.models) == ("interactive", ["m"])
@@ -484,3 +484,18 @@ def test_every_problem_of_a_file_at_once() -> None:
         (20, "tenants[1].keys[0].hash"),
         (22, "admission.store.kind"),
     ]
+
+
+def test_a_gate_that_replicas_cannot_share_evenly_is_warned_about() -> None:
+    gated = FULL.replace("replicas: 4", "replicas: 3")
+    problems = problems_of(gated)
+    assert [(p.key_path, p.severity) for p in problems] == [
+        ("routes[0].concurrency.max_requests", "warning"),
+        ("routes[0].concurrency.max_tokens", "warning"),
+    ]
+    assert "3 ext_proc replicas each allow 1 (4 ÷ 3, rounded down): 3 in all" in (
+        problems[0].message
+    )
+    assert problems_of(FULL.replace("replicas: 4", "replicas: 8")) != []
+    assert "at least 1" in problems_of(FULL.replace("replicas: 4", "replicas: 8"))[0].message
+    assert problems_of(FULL.replace("replicas: 4", "replicas: 2")) == []

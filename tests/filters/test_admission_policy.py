@@ -164,15 +164,16 @@ def test_gate_policies_carry_capacities_and_classes(policy: AdmissionPolicy) -> 
         ClassPolicy("standard", 16, 30.0),
         ClassPolicy("bulk", 0, 0.001),  # max_wait 0: never queues
     )
+    # store.replicas is 3: each replica enforces its share of every capacity.
     assert policy.gates["route:chat"] == GatePolicy(
-        classes=classes, max_requests=4, max_tokens=None, headroom=0.5, max_queued=20
-    )
+        classes=classes, max_requests=1, max_tokens=None, headroom=0.5, max_queued=20
+    )  # 4 // 3
     assert policy.gates["provider:gamma"] == GatePolicy(
-        classes=classes, max_requests=2, max_tokens=None, headroom=0.0, max_queued=20
-    )
+        classes=classes, max_requests=1, max_tokens=None, headroom=0.0, max_queued=20
+    )  # 2 // 3, at least 1
     assert policy.gates["provider:delta"] == GatePolicy(
-        classes=classes, max_requests=None, max_tokens=5000, headroom=0.25, max_queued=20
-    )
+        classes=classes, max_requests=None, max_tokens=1666, headroom=0.25, max_queued=20
+    )  # 5000 // 3
 
 
 def test_limits_for_combines_tenant_key_model_and_provider(policy: AdmissionPolicy) -> None:
@@ -259,6 +260,20 @@ def test_replicas_count_at_least_the_ext_proc_servers_up_starts() -> None:
     assert admission_policy(config_of(listed)).store.replicas == 3
     more = listed + "admission: {store: {replicas: 5}}\n"
     assert admission_policy(config_of(more)).store.replicas == 5
+
+
+def test_each_replica_takes_its_share_of_a_gate() -> None:
+    """Gate capacities are totals: three replicas on a gate of 7 requests take 2 each."""
+    text = OPEN.replace(
+        "version: 1\n",
+        "version: 1\nsluicegate: {ext_proc_replicas: [127.0.0.1:18101, 127.0.0.1:18102]}\n",
+    ).replace(
+        "    backends:", "    concurrency: {max_requests: 7, max_tokens: 30000}\n    backends:"
+    )
+    gate = admission_policy(config_of(text)).gates["route:chat"]
+    assert (gate.max_requests, gate.max_tokens) == (2, 10000)
+    tiny = text.replace("max_requests: 7", "max_requests: 2")
+    assert admission_policy(config_of(tiny)).gates["route:chat"].max_requests == 1
 
 
 def test_keyring_holds_every_key(policy: AdmissionPolicy) -> None:

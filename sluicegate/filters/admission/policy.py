@@ -143,11 +143,18 @@ def admission_policy(config: Config) -> AdmissionPolicy:
         if key.rate_limits is not None
     }
 
+    store = admission.store
+    # ext_proc processes: those `up` starts are known; more may run elsewhere (store.replicas).
+    replicas = max(store.replicas, len(config.sluicegate.ext_proc_servers))
+
     def gate_policy(concurrency: Concurrency) -> GatePolicy:
+        # A gate's capacities are the route's (or provider's) totals: each replica takes
+        # its share, as the limiter's local fallback does; Envoy sends each request to the
+        # replica with the fewest in flight (the ext_proc cluster is LEAST_REQUEST).
         return GatePolicy(
             classes=class_policies,
-            max_requests=concurrency.max_requests,
-            max_tokens=concurrency.max_tokens,
+            max_requests=replica_share(concurrency.max_requests, replicas),
+            max_tokens=replica_share(concurrency.max_tokens, replicas),
             headroom=concurrency.headroom,
             max_queued=admission.max_queued,
         )
@@ -184,7 +191,6 @@ def admission_policy(config: Config) -> AdmissionPolicy:
             },
             provider_limits=provider_limits,
         )
-    store = admission.store
     return AdmissionPolicy(
         keyring=KeyRing(
             (tenant.name, key.name, key.hash) for tenant in config.tenants for key in tenant.keys
@@ -205,7 +211,12 @@ def admission_policy(config: Config) -> AdmissionPolicy:
             key_prefix=store.key_prefix,
             timeout_s=store.timeout / 1000,
             on_failure=store.on_failure,
-            # The replicas `up` starts are known; more may run elsewhere (store.replicas).
-            replicas=max(store.replicas, len(config.sluicegate.ext_proc_servers)),
+            replicas=replicas,
         ),
     )
+
+
+def replica_share(total: int | None, replicas: int) -> int | None:
+    """One replica's share of a capacity: total ÷ replicas, at least 1 (so with fewer
+    slots than replicas the replicas together allow more; `validate` warns)."""
+    return None if total is None else max(1, total // replicas)
