@@ -30,8 +30,11 @@ redis-server:
 	@command -v redis-server >/dev/null 2>&1 || \
 		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null)
 
+# A test that fails is run again up to twice (pytest-rerunfailures): the e2e tests run
+# real processes on a shared 2-core machine. Reruns are listed by name at the end (-rR),
+# so a flaky test is seen, not hidden; one that fails three times fails the run.
 test: lint redis-server
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --reruns 2 --reruns-delay 2 -rfER
 
 # Unit and golden tests only (no Envoy processes): seconds, not minutes.
 test-fast: $(STAMP) redis-server

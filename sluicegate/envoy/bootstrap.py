@@ -59,10 +59,8 @@ def _grpc_cluster(name: str, *addresses: str) -> cluster_pb2.Cluster:
     """A static HTTP/2 cluster for gRPC servers at `addresses` (IPs: STATIC, else DNS).
 
     Several addresses (ext_proc replicas) are endpoints of one cluster: Envoy balances
-    each new gRPC stream, i.e. each request, across them. LEAST_REQUEST sends it to the
-    replica with fewer streams open (of two picked at random): a stream lives as long as
-    its request, so that is the replica with the fewest requests in flight or queued, the
-    one whose share of a concurrency gate most likely has room."""
+    each new gRPC stream, i.e. each request, across them (round robin), so each replica's
+    share of a concurrency gate sees about the same number of requests."""
     hosts = [split_host_port(address) for address in addresses]
     by_ip = all(is_ip_address(host) for host, _ in hosts)
     keepalive = protocol_pb2.KeepaliveSettings(
@@ -80,7 +78,6 @@ def _grpc_cluster(name: str, *addresses: str) -> cluster_pb2.Cluster:
     cluster = cluster_pb2.Cluster(
         name=name,
         type=cluster_pb2.Cluster.STATIC if by_ip else cluster_pb2.Cluster.STRICT_DNS,
-        lb_policy=cluster_pb2.Cluster.LEAST_REQUEST,
         connect_timeout=_seconds(_CONNECT_TIMEOUT_S),
         circuit_breakers=circuit_breaker_pb2.CircuitBreakers(thresholds=[thresholds]),
         load_assignment=endpoint_pb2.ClusterLoadAssignment(

@@ -1,6 +1,6 @@
 """A concurrency gate is the route's total across ext_proc replicas: each replica
-enforces its share, and Envoy sends each request to the replica with the fewest in
-flight. Two replicas, a gate of 2, eight concurrent slow requests: the provider never
+enforces its share, and Envoy spreads requests over the replicas round robin. Two
+replicas, a gate of 2, eight concurrent slow requests: the provider never
 sees more than 2 at once, and every request is served (the rest queue, none is shed).
 """
 
@@ -71,6 +71,6 @@ def test_two_replicas_together_hold_a_gate_of_two(tmp_path: Path) -> None:
         alpha = doc["providers"][0]["base_url"].rsplit("/v1", 1)[0]
         with urllib.request.urlopen(alpha + "/mock/stats", timeout=5) as response:
             stats = json.load(response)
-        # One replica alone would have let 1 through at a time; both together, 2; the
-        # gate per process of before, 4.
+        # Each replica lets 1 through at a time, both together 2; a gate of 2 in each
+        # process (the total not shared) would have let 4.
         assert stats["max_in_flight"] == GATE

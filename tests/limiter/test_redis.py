@@ -20,7 +20,7 @@ from .conftest import RecordingObserver
 
 pytestmark = pytest.mark.timeout(60)
 
-SHORT = 0.4  # a window these tests wait out; long enough for a few round trips
+SHORT = 1.0  # a window these tests wait out: a GC pause or a loaded CI machine must not end it
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ async def _sleep(seconds: float) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
 async def test_shared_case(case: Callable[[Harness], Awaitable[None]], store: RedisStore) -> None:
-    await case(Harness(store=store, exact=False, short=SHORT, advance=_sleep, slack=0.05))
+    await case(Harness(store=store, exact=False, short=SHORT, advance=_sleep, slack=0.1))
 
 
 async def test_two_replicas_never_admit_more_than_the_limit(

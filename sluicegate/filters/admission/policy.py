@@ -149,8 +149,8 @@ def admission_policy(config: Config) -> AdmissionPolicy:
 
     def gate_policy(concurrency: Concurrency) -> GatePolicy:
         # A gate's capacities are the route's (or provider's) totals: each replica takes
-        # its share, as the limiter's local fallback does; Envoy sends each request to the
-        # replica with the fewest in flight (the ext_proc cluster is LEAST_REQUEST).
+        # its share, as the limiter's local fallback does; Envoy spreads requests over the
+        # replicas round robin.
         return GatePolicy(
             classes=class_policies,
             max_requests=replica_share(concurrency.max_requests, replicas),
