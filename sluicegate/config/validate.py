@@ -175,6 +175,34 @@ def check_gate_shares(doc: Document, at: Locator) -> Iterable[Problem]:
             )
 
 
+def check_unshared_limits(doc: Document, at: Locator) -> Iterable[Problem]:
+    """The memory store counts in one process: with several ext_proc replicas each counts
+    alone, so together they admit up to replicas times every limit (LiteLLM's trap)."""
+    admission = doc.admission
+    if admission is None or admission.store.kind != "memory":
+        return
+    replicas = max(1 + len(doc.replica_addresses), admission.store.replicas)
+    if replicas == 1:
+        return
+    limited = [tenant.rate_limits for _, tenant in doc.tenants]
+    limited += [key.rate_limits for _, tenant in doc.tenants for key in tenant.keys]
+    limited += [route.rate_limits for _, route in doc.routes]
+    limited += [provider.rate_limits for _, provider in doc.providers]
+    if all(limits is None for limits in limited):
+        return
+    path: tuple[str | int, ...] = (
+        ("sluicegate", "ext_proc_replicas")
+        if doc.replica_addresses
+        else ("admission", "store", "replicas")
+    )
+    yield at.warning(
+        path,
+        f"{replicas} ext_proc processes share no rate-limit counts with the memory store: "
+        f"each counts alone, so together they admit up to {replicas}x every limit; "
+        "set admission.store.kind: redis to share them",
+    )
+
+
 def check_tls(doc: Document, at: Locator) -> Iterable[Problem]:
     for p, provider in doc.providers:
         if provider.tls is not None and urlsplit(provider.base_url).scheme != "https":
@@ -507,6 +535,7 @@ RULES: tuple[Rule, ...] = (
     check_tls,
     check_provider_gates,
     check_gate_shares,
+    check_unshared_limits,
     check_mock_urls,
     check_protocols,
     check_health_checks,

@@ -499,3 +499,24 @@ def test_a_gate_that_replicas_cannot_share_evenly_is_warned_about() -> None:
     assert problems_of(FULL.replace("replicas: 4", "replicas: 8")) != []
     assert "at least 1" in problems_of(FULL.replace("replicas: 4", "replicas: 8"))[0].message
     assert problems_of(FULL.replace("replicas: 4", "replicas: 2")) == []
+
+
+def test_memory_store_with_replicas_and_limits_is_warned_about() -> None:
+    limited = MINIMAL + "    rate_limits: {requests: 100, per: 1m}\n"
+    replicas = "version: 1\nsluicegate: {ext_proc_replicas: [127.0.0.1:18101]}\n"
+    with_replica = limited.replace("version: 1\n", replicas)
+    [problem] = problems_of(with_replica)
+    assert (problem.key_path, problem.severity, problem.line) == (
+        "sluicegate.ext_proc_replicas",
+        "warning",
+        2,
+    )
+    assert "2 ext_proc processes" in problem.message and "up to 2x every limit" in problem.message
+    # Counted elsewhere: store.replicas says so.
+    [problem] = problems_of(limited + "admission: {store: {replicas: 3}}\n")
+    assert problem.key_path == "admission.store.replicas" and "3x" in problem.message
+    # Shared in Redis, or no limit to share, or one process: nothing to say.
+    redis = "admission: {store: {kind: redis, url: 'redis://127.0.0.1:6379/0'}}\n"
+    assert problems_of(with_replica + redis) == []
+    assert problems_of(MINIMAL.replace("version: 1\n", replicas)) == []
+    assert problems_of(limited) == []
