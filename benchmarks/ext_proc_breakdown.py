@@ -36,6 +36,7 @@ import aiohttp
 from benchmarks._common import machine, median, stop_tree, today, update_section
 from benchmarks.admission_path import CHAT, HEADERS, INSTANT, MODEL, Mock, _up_doc
 from benchmarks.admission_stack import UpStack, get_json
+from sluicegate import wire
 from sluicegate.envoy import EnvoyProcess
 
 # Envoy's timeline points (COMMON_DURATION), each measured from DS_RX_BEG.
@@ -115,7 +116,7 @@ def static_bootstrap(
         clusters.append(cluster)
     for entry in _of_type(dump, "ClustersConfigDump")["static_clusters"]:
         cluster = _untyped(entry["cluster"])
-        if cluster["name"] == "sluicegate_ext_proc":
+        if cluster["name"] in (wire.EXT_PROC_CLUSTER, wire.EXT_PROC_SIDE_CLUSTER):
             lb = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
             cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = lb[:1]
             lb[0]["endpoint"]["address"]["socket_address"]["port_value"] = ext_proc_port

@@ -43,7 +43,12 @@ RATELIMIT_HEADERS: Final = (
 
 # Static clusters declared in the bootstrap (never pushed over xDS).
 XDS_CLUSTER: Final = "sluicegate_xds"
-EXT_PROC_CLUSTER: Final = "sluicegate_ext_proc"
+EXT_PROC_CLUSTER: Final = "sluicegate_ext_proc"  # the routing stage: one stream per request
+# The same ext_proc servers for the stages that open streams of their own (the usage
+# observer, the attempt stage). A cluster of their own keeps Envoy's round robin over the
+# routing cluster one step per request: shared, observer streams would take every other
+# turn, and with two replicas every routing stream could land on one of them.
+EXT_PROC_SIDE_CLUSTER: Final = "sluicegate_ext_proc_side"
 
 # Endpoint metadata namespace carrying per-provider facts to per-attempt filters.
 METADATA_NAMESPACE: Final = "sluicegate"

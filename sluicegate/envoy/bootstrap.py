@@ -224,6 +224,7 @@ def make_bootstrap(
             clusters=[
                 _grpc_cluster(wire.XDS_CLUSTER, xds_address),
                 _grpc_cluster(wire.EXT_PROC_CLUSTER, *_addresses(ext_proc_address)),
+                _grpc_cluster(wire.EXT_PROC_SIDE_CLUSTER, *_addresses(ext_proc_address)),
             ]
         ),
         dynamic_resources=_dynamic_resources(ads_mode, initial_fetch_timeout_s),

@@ -14,8 +14,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.stack import own_addresses, running_stack
+from sluicegate.config import hash_key
+from tests.e2e.stack import Stack, own_addresses, running_stack
 from tests.ports import free_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -74,3 +76,48 @@ def test_two_replicas_together_hold_a_gate_of_two(tmp_path: Path) -> None:
         # Each replica lets 1 through at a time, both together 2; a gate of 2 in each
         # process (the total not shared) would have let 4.
         assert stats["max_in_flight"] == GATE
+
+
+KEY = "sk-test-spread-0123456789abcdef"
+SEQUENTIAL = 6
+
+
+def admitted_by_main(stack: Stack) -> float:
+    url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "sluicegate_admission_decisions_total"
+        and sample.labels.get("outcome") == "admitted"
+    )
+
+
+def test_requests_one_at_a_time_take_turns_across_replicas(tmp_path: Path) -> None:
+    """Token limits turn on the usage observer, a second ext_proc stream per request. Its
+    streams go to a cluster of their own, so round robin over the routing streams still
+    alternates replicas request by request; each replica's gate share then sees half."""
+    doc = document()
+    doc["tenants"] = [
+        {
+            "name": "spread",
+            "rate_limits": {"tokens": 1_000_000, "per": "1m"},
+            "keys": [{"name": "spread-key", "hash": hash_key(KEY)}],
+        }
+    ]
+    body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hi"}]})
+    headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    headers["x-mock-ttft-ms"] = "0"
+    with running_stack(tmp_path, doc) as stack:
+        before = admitted_by_main(stack)
+        for _ in range(SEQUENTIAL):
+            request = urllib.request.Request(
+                stack.gateway + "/v1/chat/completions", body.encode(), headers, method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=20) as response:
+                assert response.status == 200
+        # Sharing one cluster, routing and observer streams alternated: every routing
+        # stream went to the same process (0 or 6 here).
+        assert admitted_by_main(stack) - before == SEQUENTIAL / 2

@@ -36,8 +36,12 @@ def test_identity_admin_and_static_clusters():
     admin = bootstrap.admin.address.socket_address
     assert (admin.address, admin.port_value) == ("127.0.0.1", 9901)
     clusters = clusters_by_name(bootstrap)
-    assert set(clusters) == {wire.XDS_CLUSTER, wire.EXT_PROC_CLUSTER}
-    for name, port in ((wire.XDS_CLUSTER, 18000), (wire.EXT_PROC_CLUSTER, 18001)):
+    assert set(clusters) == {wire.XDS_CLUSTER, wire.EXT_PROC_CLUSTER, wire.EXT_PROC_SIDE_CLUSTER}
+    for name, port in (
+        (wire.XDS_CLUSTER, 18000),
+        (wire.EXT_PROC_CLUSTER, 18001),
+        (wire.EXT_PROC_SIDE_CLUSTER, 18001),
+    ):
         cluster = clusters[name]
         assert cluster.type == cluster_pb2.Cluster.STATIC  # type: ignore[attr-defined]
         endpoint = cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint  # type: ignore[attr-defined]

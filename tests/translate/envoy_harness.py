@@ -112,6 +112,7 @@ def static_bootstrap(
             cluster.load_assignment.CopyFrom(assignments[cluster.name])
         clusters.append(to_dict(cluster))
     clusters.append(_grpc_cluster(wire.EXT_PROC_CLUSTER, ext_proc_port))
+    clusters.append(_grpc_cluster(wire.EXT_PROC_SIDE_CLUSTER, ext_proc_port))
     return {
         "admin": _admin(admin_port),
         "static_resources": {
@@ -146,7 +147,10 @@ def ads_bootstrap(resources: Mapping[str, Sequence[Message]]) -> dict[str, Any]:
         "static_resources": {
             "listeners": [to_dict(item) for item in resources[LISTENER]],
             "clusters": [to_dict(item) for item in resources[CLUSTER]]
-            + [_grpc_cluster(wire.XDS_CLUSTER, 1), _grpc_cluster(wire.EXT_PROC_CLUSTER, 1)],
+            + [
+                _grpc_cluster(name, 1)
+                for name in (wire.XDS_CLUSTER, wire.EXT_PROC_CLUSTER, wire.EXT_PROC_SIDE_CLUSTER)
+            ],
         },
     }
 

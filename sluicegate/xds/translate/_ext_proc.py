@@ -64,6 +64,16 @@ def observer_mode() -> processing_mode_pb2.ProcessingMode:
     )
 
 
+def _grpc_service(stage: str) -> grpc_service_pb2.GrpcService:
+    """The ext_proc servers, telling them the stage; only the routing stage, one stream per
+    request, uses the routing cluster (see wire.EXT_PROC_SIDE_CLUSTER)."""
+    cluster = wire.EXT_PROC_CLUSTER if stage == wire.STAGE_ROUTING else wire.EXT_PROC_SIDE_CLUSTER
+    return grpc_service_pb2.GrpcService(
+        envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=cluster),
+        initial_metadata=[base_pb2.HeaderValue(key=wire.STAGE_METADATA_KEY, value=stage)],
+    )
+
+
 def usage_observer_config(limits: LimitsIR) -> ext_proc_pb2.ExternalProcessor:
     """The usage stage: reads real token usage off each response to reconcile reservations.
 
@@ -75,12 +85,7 @@ def usage_observer_config(limits: LimitsIR) -> ext_proc_pb2.ExternalProcessor:
     observer that is down must not fail responses already admitted and paid for.
     """
     return ext_proc_pb2.ExternalProcessor(
-        grpc_service=grpc_service_pb2.GrpcService(
-            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=wire.EXT_PROC_CLUSTER),
-            initial_metadata=[
-                base_pb2.HeaderValue(key=wire.STAGE_METADATA_KEY, value=wire.STAGE_USAGE)
-            ],
-        ),
+        grpc_service=_grpc_service(wire.STAGE_USAGE),
         processing_mode=observer_mode(),
         observability_mode=True,
         metadata_options=ext_proc_pb2.MetadataOptions(
@@ -119,10 +124,7 @@ def ext_proc_config(
     longest_override_ms = 2 * longest_queue_wait_ms + QUEUE_WAIT_MARGIN_MS
     max_timeout_ms = max(timeout_ms * MAX_MESSAGE_TIMEOUT_FACTOR, longest_override_ms)
     return ext_proc_pb2.ExternalProcessor(
-        grpc_service=grpc_service_pb2.GrpcService(
-            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=wire.EXT_PROC_CLUSTER),
-            initial_metadata=[base_pb2.HeaderValue(key=wire.STAGE_METADATA_KEY, value=stage)],
-        ),
+        grpc_service=_grpc_service(stage),
         processing_mode=request_only_mode(),
         request_attributes=list(request_attributes),
         metadata_options=ext_proc_pb2.MetadataOptions(
