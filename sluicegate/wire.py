@@ -18,6 +18,10 @@ STAGE_ROUTING: Final = "routing"  # downstream HTTP filter: parse body, pick rou
 STAGE_ATTEMPT: Final = "attempt"  # upstream (per attempt) filter: per-provider rewrites
 STAGE_USAGE: Final = "usage"  # downstream observer: reads usage off the response, never waits
 
+# Past a queued request's longest wait, how long Envoy still waits for the routing stage's
+# answer: the filter asks for it (override_message_timeout), the translator allows it.
+QUEUE_MARGIN_MS: Final = 2_000
+
 # Optional client header choosing a priority class at or below the tenant's own.
 PRIORITY_HEADER: Final = "x-sluicegate-priority"
 # Client credentials the admission stage reads and removes before anything goes upstream.

@@ -13,6 +13,8 @@ import math
 from collections.abc import Sequence
 from typing import Final
 
+from sluicegate import wire
+
 from ..limiter import Decision, LimitState
 from ..queueing import Shed
 from ..responses import immediate_error
@@ -64,22 +66,29 @@ def _tightest(states: Sequence[LimitState], tokens: bool) -> LimitState | None:
     return min(chosen, key=lambda s: (s.remaining, -s.reset_s), default=None)
 
 
-def ratelimit_values(states: Sequence[LimitState]) -> list[tuple[str, str]]:
-    """(suffix, value) pairs for requests and tokens, each from the limit with the least
-    room left; suffixes match wire.RATELIMIT_HEADERS (`limit-requests`, ...)."""
-    values: list[tuple[str, str]] = []
-    for tokens, unit in ((False, "requests"), (True, "tokens")):
+# wire.RATELIMIT_HEADERS lists (header, metadata key) for limit, remaining and reset of
+# requests, then of tokens; the values below follow that order.
+_NAMES: Final = {False: wire.RATELIMIT_HEADERS[:3], True: wire.RATELIMIT_HEADERS[3:]}
+
+
+def ratelimit_values(states: Sequence[LimitState]) -> list[tuple[str, str, str]]:
+    """(header, metadata key, value) for requests and tokens, each from the limit with the
+    least room left, named as in wire.RATELIMIT_HEADERS."""
+    values: list[tuple[str, str, str]] = []
+    for tokens in (False, True):
         state = _tightest(states, tokens)
         if state is None:
             continue
-        values.append((f"limit-{unit}", str(state.limit.limit)))
-        values.append((f"remaining-{unit}", str(state.remaining)))
-        values.append((f"reset-{unit}", openai_duration(state.reset_s)))
+        figures = (str(state.limit.limit), str(state.remaining), openai_duration(state.reset_s))
+        values += [
+            (header, key, value)
+            for (header, key), value in zip(_NAMES[tokens], figures, strict=True)
+        ]
     return values
 
 
 def ratelimit_headers(states: Sequence[LimitState]) -> list[tuple[str, str]]:
-    return [(f"x-ratelimit-{suffix}", value) for suffix, value in ratelimit_values(states)]
+    return [(header, value) for header, _, value in ratelimit_values(states)]
 
 
 def _per(window_s: float) -> str:

@@ -74,14 +74,16 @@ class AdmissionPolicy:
     default_max_tokens: int = 1024
     max_output_tokens: int = 1_000_000
     store: StoreSettings = StoreSettings()
+    # Whether any request needs more than model routing; read on every ext_proc message,
+    # so worked out once here rather than over every route each time.
+    enabled: bool = field(init=False)
 
-    @property
-    def enabled(self) -> bool:
-        """Whether any request needs more than model routing."""
-        return self.keyring is not None or any(
+    def __post_init__(self) -> None:
+        enabled = self.keyring is not None or any(
             route.gates or route.model_limits or route.provider_limits
             for route in self.routes.values()
         )
+        object.__setattr__(self, "enabled", enabled)
 
     def limits_for(
         self, identity: ClientIdentity | None, route: str, model: str

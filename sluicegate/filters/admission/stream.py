@@ -85,11 +85,6 @@ def new_reservation_id() -> str:
     return f"{_PROCESS_TOKEN}-{next(_SEQUENCE)}"
 
 
-# Past the longest queue wait, how long Envoy still waits for the answer (the queue, not
-# Envoy, decides when a waiting request is shed, with a 503 that says why).
-QUEUE_MARGIN_S: Final = 2.0
-
-
 @functools.lru_cache(maxsize=64)
 def _override_answer(seconds: float) -> bytes:
     timeout = duration_pb2.Duration()
@@ -315,7 +310,7 @@ class AdmissionStream:
         """ProcessingResponse.override_message_timeout: the longest this request may wait
         (its class's max_wait at every gate it passes) plus a margin. The translator sets
         Envoy's max_message_timeout to cover it."""
-        wait_s = QUEUE_MARGIN_S
+        wait_s = wire.QUEUE_MARGIN_MS / 1000
         for name in gates:
             gate = self._controller.gates.get(name)
             if gate is not None:
@@ -346,8 +341,8 @@ class AdmissionStream:
             values[wire.META_ESTIMATE_INPUT] = str(estimate.input_tokens)
             values[wire.META_ESTIMATE_OUTPUT] = str(estimate.output_tokens)
         if decision is not None:
-            for suffix, value in answers.ratelimit_values(decision.states):
-                values[f"ratelimit_{suffix.replace('-', '_')}"] = value
+            for _, key, value in answers.ratelimit_values(decision.states):
+                values[key] = value
         return _metadata_answer(values)
 
     # ----- helpers -----------------------------------------------------------------------

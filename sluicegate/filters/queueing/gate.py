@@ -171,8 +171,10 @@ class PriorityGate:
         cls = self._class(priority)
         _check_tokens(tokens)
         # Settle first: a waiter cancelled since the last change may still sit at a queue head.
-        self._dispatch()
-        if self._fits(cls, tokens) and not self._waiting_through(cls.rank):
+        # With nothing queued (the common case) there is nothing to settle or to wait behind.
+        if self._queued:
+            self._dispatch()
+        if self._fits(cls, tokens) and not (self._queued and self._waiting_through(cls.rank)):
             return self._admit(cls, tokens, queued_s=0.0)
         return None
 
@@ -311,7 +313,8 @@ class PriorityGate:
         self._in_flight -= 1
         self._in_flight_tokens -= slot.tokens
         self._holds.add(self._now() - slot.granted_at)
-        self._dispatch()
+        if self._queued:
+            self._dispatch()
 
     def _dispatch(self) -> None:
         """Grant queue heads highest class first while they fit; stop at the first that does not."""

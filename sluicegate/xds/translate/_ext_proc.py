@@ -33,8 +33,6 @@ EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
 # (override_message_timeout), e.g. while a request waits in the admission queue.
 MAX_MESSAGE_TIMEOUT_FACTOR = 10
 
-# Time past the longest queue wait before Envoy gives up on an answer from the queue.
-QUEUE_WAIT_MARGIN_MS = 2_000
 
 _Mode = processing_mode_pb2.ProcessingMode
 
@@ -121,7 +119,7 @@ def ext_proc_config(
     """
     timeout_ms = limits.ext_proc_message_timeout_ms
     # A request may pass a route gate and a provider gate, each up to its class's wait.
-    longest_override_ms = 2 * longest_queue_wait_ms + QUEUE_WAIT_MARGIN_MS
+    longest_override_ms = 2 * longest_queue_wait_ms + wire.QUEUE_MARGIN_MS
     max_timeout_ms = max(timeout_ms * MAX_MESSAGE_TIMEOUT_FACTOR, longest_override_ms)
     return ext_proc_pb2.ExternalProcessor(
         grpc_service=_grpc_service(stage),
