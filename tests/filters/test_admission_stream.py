@@ -13,7 +13,9 @@ import pytest
 
 from sluicegate import wire
 from sluicegate.filters import ExtProcServer, RoutingTable, admission_policy
+from sluicegate.filters.counters import Counters
 from sluicegate.filters.responses import CONTINUE_REQUEST_HEADERS
+from sluicegate.filters.routing import decide
 
 from .admission_helpers import (
     HEAD,
@@ -82,15 +84,12 @@ PROMPT = prompt_estimate()  # chat_body's prompt estimate ("hi")
 
 
 @asynccontextmanager
-async def serving(text: str | None) -> AsyncIterator[tuple[ExtProcServer, grpc.aio.Channel]]:
-    """A started server with the config's table and (when given) its admission policy."""
+async def serving(text: str) -> AsyncIterator[tuple[ExtProcServer, grpc.aio.Channel]]:
+    """A started server with the config's table and admission policy."""
     server = ExtProcServer()
-    if text is not None:
-        config = config_of(text)
-        server.update_table(RoutingTable.from_routes(config.routes))
-        server.update_admission(admission_policy(config))
-    else:
-        server.update_table(RoutingTable.from_routes(config_of(OPEN).routes))
+    config = config_of(text)
+    server.update_table(RoutingTable.from_routes(config.routes))
+    server.update_admission(admission_policy(config))
     await server.start("127.0.0.1:0")
     try:
         async with grpc.aio.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
@@ -501,20 +500,21 @@ OPEN_BODIES = [
 
 
 async def test_open_gateway_routes_exactly_as_without_admission() -> None:
+    """Without tenants, limits or gates, every answer is the routing stage's own
+    (`routing.decide`, the path from before admission existed)."""
     assert not admission_policy(config_of(OPEN)).enabled
-    async with serving(OPEN) as (_, open_channel), serving(None) as (_, plain_channel):
+    table = RoutingTable.from_routes(config_of(OPEN).routes)
+    async with serving(OPEN) as (_, open_channel):
         for body in OPEN_BODIES:
-            answers = []
-            for channel in (open_channel, plain_channel):
-                stream = Stream(channel)
-                headers = await stream.headers(extra=[("authorization", "Bearer sk-client")])
-                assert headers.SerializeToString() == CONTINUE_REQUEST_HEADERS  # key kept
-                answers.append(await stream.body(body))
-                await stream.close()
-            assert answers[0] == answers[1], body
-            assert not answers[0].HasField("dynamic_metadata")
+            stream = Stream(open_channel)
+            headers = await stream.headers(extra=[("authorization", "Bearer sk-client")])
+            assert headers.SerializeToString() == CONTINUE_REQUEST_HEADERS  # key kept
+            answer = await stream.body(body)
+            await stream.close()
+            assert answer.SerializeToString() == decide(body, table, Counters()), body
+            assert not answer.HasField("dynamic_metadata")
             if body == OPEN_BODIES[2]:
-                assert routed_model(answers[0]) == "gpt-4o"  # forwarded as before
+                assert routed_model(answer) == "gpt-4o"  # forwarded as before
 
 
 async def test_open_gateway_with_a_gate_only_admits_anonymously() -> None:

@@ -279,19 +279,19 @@ async def test_no_free_connection_is_not_redis_down(
     store = FailoverStore(
         redis, on_failure="fail_closed", probe_interval_s=PROBE_S, failures_to_down=1
     )
+    pool = redis._client.connection_pool  # the test holds both connections itself
     try:
         lim = limit("tokens", 10_000)
-        server.pause()  # the two pooled connections hang; the rest find none free
+        held = [await pool.get_connection() for _ in range(2)]
         try:
-            decisions = await asyncio.gather(
-                *(store.reserve(f"r{i}", [lim], tokens(1)) for i in range(6))
-            )
+            # Redis answers; only the pool is full. One failure would be "down" if counted.
+            decision = await store.reserve("busy", [lim], tokens(1))
         finally:
-            server.resume()
-        assert {d.store_mode for d in decisions} == {"fail_closed"}
-        # Timeouts of the two hung calls do count; with failures_to_down=1 that is down.
-        # What must not happen is a *busy* pool alone flipping the state:
-        await wait_until_up(store)
+            for connection in held:
+                await pool.release(connection)
+        assert decision.store_mode == "fail_closed"
+        assert store.state == "up"
+        # The excess waits for a connection rather than failing:
         decisions = await asyncio.gather(
             *(store.reserve(f"s{i}", [lim], tokens(1)) for i in range(64))
         )

@@ -33,9 +33,11 @@ def test_memo_gives_the_fresh_output_and_reuses_every_route(name: str) -> None:
     first = _serialized(translate(ir, memo))
     assert first == _serialized(translate(ir))
     built = memo.misses
+    assert built > 0 and memo.hits == 0  # the first translation built through the memo
     second = _serialized(translate(_ir(text, keys), memo))  # equal IR, new objects
     assert second == first
     assert memo.misses == built  # nothing rebuilt
+    assert memo.hits == built  # every piece reused
 
 
 def _edits(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -72,4 +74,6 @@ def test_after_any_edit_the_memo_output_equals_a_fresh_translation(name: str) ->
         edited_text = yaml.safe_dump(edited, sort_keys=False)
         ir = _ir(edited_text, keys)
         assert _serialized(translate(ir, memo)) == _serialized(translate(ir))
+        hits = memo.hits
         translate(_ir(text, keys), memo)  # back to the original, from the memo
+        assert memo.hits > hits
