@@ -16,7 +16,7 @@ cost      The real ExtProcServer in its own process (uvloop), driven over gRPC a
           store, (c) the same on Redis (a real redis-server), (d) (b) + a route
           concurrency gate that never blocks. Requests/s at saturation and server CPU
           µs/request; per round ratios to (a), rounds in rotated order. Then a stress probe
-          (the Redis variant with the default store settings, 160 streams) and the pieces
+          (the Redis variant with the default store settings, 256 streams) and the pieces
           of the stage timed in this process.
 observer  CPU per response_body message of the usage stage (observability mode: metadata
           with the reservation on every message, a ~300-byte SSE chunk per token, a final
@@ -488,8 +488,9 @@ def reading(results: Results) -> list[str]:
             "reading the body and estimating its tokens, "
             f"{cost.breakdown['MemoryStore.reserve (2 limits)']:.0f} µs the reservation, "
             f"{cost.breakdown['headers: dict of all headers + presented_key']:.0f} µs the "
-            "headers and the key); the rest of the server's CPU per request is gRPC, which "
-            "every variant pays alike. Redis over memory: redis-py's reserve costs "
+            "headers and the key); the rest of the server's CPU per request is gRPC, and it "
+            "grows with admission too (larger answers, metadata). Redis over memory: "
+            "redis-py's reserve costs "
             f"{cost.breakdown['RedisStore.reserve (2 limits), one at a time: user CPU']:.0f} "
             "µs user + "
             f"{cost.breakdown['RedisStore.reserve (2 limits), one at a time: kernel CPU']:.0f}"
@@ -507,8 +508,9 @@ def reading(results: Results) -> list[str]:
             f"- Noise: a configuration's server CPU per request moved by up to {spread:.0%} "
             "of its median between rounds on this shared machine (ranges in the table), so "
             "differences of a few hundred µs between (b), (c) and (d) in one run are not all "
-            "signal; the in-process pieces, timed alone, are steadier (the gate adds "
-            f"{cost.breakdown['stage:gate'] - cost.breakdown['stage:memory']:.0f} µs there)."
+            "signal; the in-process pieces are timed alone, but move between runs too (here "
+            "the stage with the never-blocking gate differs from (b)'s by "
+            f"{cost.breakdown['stage:gate'] - cost.breakdown['stage:memory']:+.0f} µs)."
         )
         if max(busy) < 0.95:
             text += (
@@ -542,13 +544,13 @@ def reading(results: Results) -> list[str]:
                     f"- **Redis store under a burst, default settings: {stress.not_routed} of "
                     f"{stress.requests} requests refused (503 rate_limiter_unavailable)** at "
                     f"{stress.streams} concurrent streams on one replica (fail_closed, timeout "
-                    "100 ms), each one whose own Redis call timed out (the new connections a "
-                    "burst opens time out connecting on a saturated replica). The store was "
-                    "never declared down: other calls got Redis's answers meanwhile (rule "
+                    "100 ms), each one whose own Redis call failed (timed out, or found no free "
+                    "pooled connection; the probe does not tell which). The store was never "
+                    "declared down: other calls got Redis's answers meanwhile (rule "
                     '"answered meanwhile" in `limiter/failover.py`), so the rest of the burst '
-                    "kept counting in Redis. Before that rule the same probe refused 800-890 "
-                    "of 3000: three such timeouts in a row sent the replica to its fallback "
-                    "for the 1 s probe interval."
+                    "kept counting in Redis. Runs of this probe before that rule (commits "
+                    "99d5405, a0e8376) refused 800-890 of 3000: timeouts connecting, three in "
+                    "a row, sent the replica to its fallback for the 1 s probe interval."
                 )
             else:
                 out.append(

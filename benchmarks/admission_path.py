@@ -294,7 +294,6 @@ async def _streams(url: str, clients: int, per_client: int) -> list[StreamTimes]
 
 @dataclass
 class Results:
-    rounds: int
     latency_s: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     added_p50_s: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     added_p99_s: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
@@ -302,7 +301,6 @@ class Results:
     cpu_us: dict[str, dict[str, list[float]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(list))
     )
-    streams: dict[str, list[StreamTimes]] = field(default_factory=lambda: defaultdict(list))
     ttft_ratio: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     tpot_ratio: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
@@ -319,7 +317,7 @@ def _cpu(gateway: Gateway) -> dict[str, float]:
 def measure(
     gateways: dict[str, Gateway], rounds: int, sequential: int, seconds: float, per_client: int
 ) -> Results:
-    results = Results(rounds)
+    results = Results()
     path = "/v1/chat/completions"
     for variant in VARIANTS:  # warm every path (pools, caches) before measuring
         asyncio.run(_throughput(gateways[variant].url + path, 8, 1.0))
@@ -342,7 +340,6 @@ def measure(
             for role, spent in after.items():
                 results.cpu_us[variant][role].append((spent - before.get(role, 0.0)) / done * 1e6)
             streams = asyncio.run(_streams(url, 8, per_client))
-            results.streams[variant] += streams
             ttft[variant] = percentile([s.ttft_s for s in streams], 50)
             tpot[variant] = percentile([s.tpot_s for s in streams], 50)
             print(
@@ -454,8 +451,9 @@ def report(results: Results, command: str, header: str) -> str:
         f"- **Where the latency goes.** The routing stage alone, two gRPC round trips to a "
         f"Python grpc.aio server (the headers, then the buffered body), adds "
         f"{routing_p50 * 1e3:.2f} ms: more than the aim before any admission work. Admission "
-        f"adds {over_routing * 1e3:+.2f} ms on top: its own work in-process is 143-224 µs of "
-        "CPU (section Admission, 'Where the time goes'); the rest is most likely the usage "
+        f"adds {over_routing * 1e3:+.2f} ms on top: its own work in-process is a few hundred "
+        "µs of CPU at most (section Admission, 'Where the time goes': whole stage, memory "
+        "store, against routing only); the rest is most likely the usage "
         "observer, a second gRPC stream per request served by the same event loop, and the "
         "larger "
         "answers (metadata, header mutations). Meeting the aim needs a cheaper transport "
