@@ -24,6 +24,7 @@ from prometheus_client import generate_latest
 from sluicegate.config import ConfigError, load_config, split_host_port
 from sluicegate.filters import ExtProcServer, RoutingTable, admission_policy
 from sluicegate.stack.children import spawn, stop, wait_listening
+from sluicegate.stack.heap import settle_heap
 from sluicegate.stack.watcher import watch_file
 from sluicegate.xds.translate import build_ir, routing_table_entries
 
@@ -81,6 +82,7 @@ async def run_ext_proc(
     log.info("ext_proc replica serving on %s", bound)
     runner = None if metrics_address is None else await _serve_metrics(server, metrics_address)
     watcher = asyncio.create_task(watch_file(path, lambda: load_into(server, path)))
+    settle_heap()
     try:
         await stop_event.wait()
     finally:

@@ -20,6 +20,7 @@ from sluicegate.config import ConfigError, load_config, resolve_api_keys, split_
 from sluicegate.envoy import EnvoyProcess, make_bootstrap
 from sluicegate.filters import ExtProcServer
 from sluicegate.stack.control_plane import ControlPlane
+from sluicegate.stack.heap import settle_heap
 from sluicegate.stack.mocks import start_mocks, stop_mocks
 from sluicegate.stack.replica import start_replicas, stop_replicas
 from sluicegate.stack.status_http import start_status_http
@@ -118,6 +119,7 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
         # The config file and the key files it names: a rotated key reloads too.
         watcher = asyncio.create_task(watch_files(control_plane.watched_paths, control_plane.load))
         stack.callback(watcher.cancel)
+        settle_heap()
         log.info("sluicegate is up; Ctrl-C stops everything")
         await stop_event.wait()
         log.info("stopping")
