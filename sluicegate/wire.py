@@ -35,6 +35,20 @@ META_TENANT: Final = "tenant"
 META_MODEL: Final = "model"
 META_ESTIMATE_INPUT: Final = "estimate_input_tokens"
 META_ESTIMATE_OUTPUT: Final = "estimate_output_tokens"
+# Set on a request whose usage the access log reports (a JSON answer): the value is
+# USAGE_VIA_LOG; absent, the usage observer reads the response (a stream).
+META_USAGE_VIA: Final = "usage_via"
+USAGE_VIA_LOG: Final = "log"
+# Set by the admission stage on a request the usage observer need not read (a JSON answer
+# or nothing reserved): the observer filter is skipped. Stripped before routing when a
+# client sends it, and before a provider sees it.
+OBSERVER_HEADER: Final = "x-sluicegate-observer"
+OBSERVER_SKIP: Final = "skip"
+# Envoy's json_to_metadata filter writes a JSON answer's usage members here; the access
+# log carries them to the ext_proc servers with the request's other metadata.
+USAGE_METADATA_NAMESPACE: Final = "sluicegate.usage"
+USAGE_MEMBERS: Final = ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+USAGE_LOG_NAME: Final = "sluicegate-usage"
 # response header -> dynamic metadata key holding its value
 RATELIMIT_HEADERS: Final = (
     ("x-ratelimit-limit-requests", "ratelimit_limit_requests"),

@@ -245,3 +245,20 @@ class Config(Strict):
     admission: Admission = Field(default_factory=Admission)
     # Who may call: client keys, limits, models, priority (empty: keys are not checked).
     tenants: list[Tenant] = Field(default_factory=list)
+
+    def declared_rate_limits(self) -> list[RateLimits]:
+        """Every rate_limits block: tenants', keys', routes' and providers'."""
+        found = [tenant.rate_limits for tenant in self.tenants]
+        found += [key.rate_limits for tenant in self.tenants for key in tenant.keys]
+        found += [route.rate_limits for route in self.routes]
+        found += [provider.rate_limits for provider in self.providers]
+        return [limits for limits in found if limits is not None]
+
+    def counts_tokens(self) -> bool:
+        """Whether any limit counts tokens: then real usage is read off every response
+        (the usage observer and the usage access log) to reconcile reservations."""
+        return any(
+            kind != "requests"
+            for limits in self.declared_rate_limits()
+            for kind, _limit, _window in limits.limits()
+        )

@@ -83,7 +83,9 @@ class ExtProcServer:
             ("grpc.max_send_message_length", self._max_message_bytes),
         )
         server = grpc.aio.server(options=options)
-        server.add_generic_rpc_handlers((self.service.generic_handler(),))
+        server.add_generic_rpc_handlers(
+            (self.service.generic_handler(), self.service.access_log_handler())
+        )
         try:
             port = server.add_insecure_port(address)
         except RuntimeError as exc:

@@ -13,13 +13,14 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import grpc
+from envoy.service.accesslog.v3 import als_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from sluicegate import wire
 
 from . import counters as outcome
 from . import errors
-from .admission import AdmissionController, AdmissionStream, UsageStream
+from .admission import AdmissionController, AdmissionStream, UsageLog, UsageStream
 from .attempt import AttemptCaches, AttemptStream
 from .counters import Counters
 from .responses import INTERNAL_ERROR
@@ -27,6 +28,10 @@ from .table import RoutingTable
 
 SERVICE_NAME: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
 METHOD_NAME: Final = "Process"
+ACCESS_LOG_SERVICE_NAME: Final = "envoy.service.accesslog.v3.AccessLogService"
+ACCESS_LOG_METHOD_NAME: Final = "StreamAccessLogs"
+# StreamAccessLogsResponse has no fields: its wire form is empty.
+_ACCESS_LOGS_ANSWER: Final = b""
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +77,29 @@ class ExtProcService:
             response_serializer=_identity,
         )
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD_NAME: handler})
+
+    def access_log_handler(self) -> grpc.GenericRpcHandler[Any, bytes]:
+        """AccessLogService.StreamAccessLogs: the usage log of JSON answers (usage_log.py)."""
+        handler = grpc.stream_unary_rpc_method_handler(
+            self._access_logs,
+            request_deserializer=als_pb2.StreamAccessLogsMessage.FromString,
+            response_serializer=_identity,
+        )
+        return grpc.method_handlers_generic_handler(
+            ACCESS_LOG_SERVICE_NAME, {ACCESS_LOG_METHOD_NAME: handler}
+        )
+
+    async def _access_logs(
+        self, requests: AsyncIterator[Any], _context: grpc.aio.ServicerContext[Any, bytes]
+    ) -> bytes:
+        usage = UsageLog(self.admission)
+        async for message in requests:
+            try:
+                usage.on_message(message)
+            except Exception:
+                log.exception("usage log failed on a message")
+                self.counters.inc(wire.STAGE_USAGE, outcome.INTERNAL_ERROR)
+        return _ACCESS_LOGS_ANSWER
 
     async def _process(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, bytes]

@@ -255,17 +255,25 @@ def test_a_request_larger_than_the_limit_is_refused_at_once_and_told_not_to_retr
     assert "retry-after" not in headers
 
 
+def _usage_reports(stack: Stack, source: str) -> float:
+    return metric(metrics(stack), "sluicegate_usage_reports_total", 0, source=source)
+
+
 def test_reservation_refuses_the_overflowing_request_with_retry_after_and_headers(
     stack: Stack,
 ) -> None:
     _wait_window_clear(stack)
-    # Each reserves its prompt estimate + 150; usage (about 10 tokens) is reconciled after.
+    # Each reserves its prompt estimate + 150; usage (about 10 tokens) is reconciled after,
+    # once the access log has brought it (within its flush interval).
     body = {"model": "chat", "messages": HELLO, "max_tokens": 150}
-    first = post(stack, body, key=KEYS["tight"])
-    assert first[0] == 200
-    # Reconcile gave most of the first reservation back, so two more fit...
-    assert post(stack, body, key=KEYS["tight"])[0] == 200
-    assert post(stack, body, key=KEYS["tight"])[0] == 200
+    for _ in range(3):
+        reported = _usage_reports(stack, "provider")
+        assert post(stack, body, key=KEYS["tight"])[0] == 200
+        deadline = time.monotonic() + 5
+        while _usage_reports(stack, "provider") <= reported:
+            assert time.monotonic() < deadline, "the usage log never reconciled the answer"
+            time.sleep(0.02)
+    # Reconcile gave most of each reservation back, so all three fit...
 
     # ...while concurrent ones are judged on their reservations alone: one of four fits.
     async def burst() -> list[tuple[int, dict[str, Any], dict[str, str]]]:
@@ -557,3 +565,41 @@ def test_a_request_queued_longer_than_the_message_timeout_is_still_served(stack:
     statuses, waited = asyncio.run(scenario())
     assert statuses == [200, 200, 200]
     assert waited > 1.2  # it really waited past Envoy's 1 s message timeout
+
+
+def _observer_streams(stack: Stack) -> int:
+    """Streams Envoy opened to the usage observer (its ext_proc stats prefix)."""
+    with urllib.request.urlopen(stack.admin + "/stats?filter=usage_observer", timeout=5) as r:
+        text = r.read().decode()
+    found = re.findall(r"^\S*usage_observer\S*streams_started: (\d+)$", text, re.M)
+    assert found, text
+    return sum(int(value) for value in found)
+
+
+def test_json_answers_reach_usage_by_the_access_log_and_streams_by_the_observer(
+    stack: Stack,
+) -> None:
+    """A JSON answer opens no observer stream (its usage comes with the access log);
+    a stream does."""
+    openai = client(stack)
+    streams, provider = _observer_streams(stack), _usage_reports(stack, "provider")
+    for _ in range(3):
+        answer = openai.chat.completions.create(model="chat", messages=HELLO, max_tokens=8)
+        assert answer.usage is not None
+    deadline = time.monotonic() + 5
+    while _usage_reports(stack, "provider") < provider + 3:
+        assert time.monotonic() < deadline, "the usage log never reconciled the answers"
+        time.sleep(0.02)
+    assert _observer_streams(stack) == streams
+    chunks = list(
+        openai.chat.completions.create(
+            model="chat", messages=HELLO, max_tokens=8, stream=True,
+            stream_options={"include_usage": True},
+        )
+    )  # fmt: skip
+    assert chunks[-1].usage is not None
+    deadline = time.monotonic() + 5
+    while _usage_reports(stack, "provider") < provider + 4:
+        assert time.monotonic() < deadline, "the observer never reconciled the stream"
+        time.sleep(0.02)
+    assert _observer_streams(stack) == streams + 1

@@ -90,10 +90,14 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> Non
         await asyncio.sleep(0.005)
 
 
-def chat_body(model: str, *, max_tokens: int | None = None, content: str = "hi") -> bytes:
+def chat_body(
+    model: str, *, max_tokens: int | None = None, content: str = "hi", stream: bool = False
+) -> bytes:
     document: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": content}]}
     if max_tokens is not None:
         document["max_tokens"] = max_tokens
+    if stream:
+        document["stream"] = True
     return json.dumps(document, separators=(",", ":")).encode()
 
 

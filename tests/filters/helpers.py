@@ -108,12 +108,20 @@ def error_of(answer: Any) -> tuple[int, dict[str, Any]]:
     return immediate.status.code, error
 
 
+def observer_header(answer: Any) -> bytes | None:
+    """The value a routing answer sets for the usage observer (None: not set)."""
+    return set_headers(answer.request_body.response).get(wire.OBSERVER_HEADER)
+
+
 def routed_model(answer: Any) -> str:
     """The model an answer routes to (asserts it is a routing answer)."""
     assert answer.WhichOneof("response") == "request_body", answer
     common = answer.request_body.response
     assert common.clear_route_cache
     headers = set_headers(common)
-    assert list(headers) == [wire.MODEL_HEADER]
+    # Besides the model, at most the admission stage's word to the usage observer.
+    assert next(iter(headers)) == wire.MODEL_HEADER
+    assert headers.keys() - {wire.MODEL_HEADER} <= {wire.OBSERVER_HEADER}
+    assert headers.get(wire.OBSERVER_HEADER, wire.OBSERVER_SKIP.encode()) == b"skip"
     assert not common.HasField("body_mutation")
     return headers[wire.MODEL_HEADER].decode()

@@ -29,7 +29,7 @@ from .admission_helpers import (
     wait_until,
 )
 from .admission_helpers import chat_body as body_of
-from .helpers import CHANNEL_OPTIONS, error_of, routed_model
+from .helpers import CHANNEL_OPTIONS, error_of, observer_header, routed_model
 
 TEAM = "sk-test-team-0001"
 NARROW = "sk-test-narrow-0002"
@@ -316,6 +316,8 @@ async def test_admitted_body_routes_with_the_reservation_in_metadata(
         wire.META_MODEL: "gpt-4o",
         wire.META_ESTIMATE_INPUT: str(PROMPT),
         wire.META_ESTIMATE_OUTPUT: "50",
+        # A JSON answer: its usage comes with the access log, not the observer.
+        wire.META_USAGE_VIA: wire.USAGE_VIA_LOG,
         "ratelimit_limit_requests": "1000",
         "ratelimit_remaining_requests": "999",
         "ratelimit_reset_requests": "1m0s",
@@ -358,6 +360,25 @@ async def test_tenant_without_limits_routes_without_a_reservation(
     stream, answer = await admit(channel, NARROW, body_of("small", max_tokens=5))
     assert routed_model(answer) == "small"
     assert metadata_of(answer) == {wire.META_TENANT: "narrow", wire.META_MODEL: "small"}
+    # Nothing to reconcile: the usage observer skips it.
+    assert observer_header(answer) == b"skip"
+    await stream.close()
+
+
+async def test_who_reads_the_usage_follows_the_stream_flag(channel: grpc.aio.Channel) -> None:
+    """A reserved stream is read by the observer (no skip, no usage_via); a reserved JSON
+    request by the access log (skip, usage_via=log)."""
+    stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20, stream=True))
+    assert routed_model(answer) == "gpt-4o"
+    values = metadata_of(answer)
+    assert values[wire.META_RESERVATION]
+    assert wire.META_USAGE_VIA not in values
+    assert observer_header(answer) is None
+    await stream.close()
+
+    stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20))
+    assert metadata_of(answer)[wire.META_USAGE_VIA] == wire.USAGE_VIA_LOG
+    assert observer_header(answer) == b"skip"
     await stream.close()
 
 

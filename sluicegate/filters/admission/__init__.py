@@ -1,6 +1,7 @@
 """Admission: who may call (keys → tenants), how much (token-aware limits reserved before
 the request goes out), how urgently (priority gates), and what it really cost (usage
-observer). Used by the routing and usage stages of the ext_proc service."""
+observer for streams, usage log for JSON answers). Used by the routing and usage stages
+and the access-log service of the ext_proc server."""
 
 from .controller import AdmissionController, make_store
 from .keyring import ClientIdentity, KeyRing, presented_key
@@ -8,6 +9,7 @@ from .metrics import AdmissionMetrics
 from .observer import UsageStream
 from .policy import AdmissionPolicy, RoutePolicy, StoreSettings, TenantPolicy, admission_policy
 from .stream import AdmissionStream
+from .usage_log import UsageLog
 
 __all__ = [
     "AdmissionController",
@@ -19,6 +21,7 @@ __all__ = [
     "RoutePolicy",
     "StoreSettings",
     "TenantPolicy",
+    "UsageLog",
     "UsageStream",
     "admission_policy",
     "make_store",

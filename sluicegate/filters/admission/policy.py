@@ -74,6 +74,9 @@ class AdmissionPolicy:
     default_max_tokens: int = 1024
     max_output_tokens: int = 1_000_000
     store: StoreSettings = StoreSettings()
+    # Token limits exist, so the gateway reads usage off responses: the usage observer
+    # (streams) and the usage access log (JSON answers) are configured (xds usage.py).
+    counts_tokens: bool = False
     # Whether any request needs more than model routing; read on every ext_proc message,
     # so worked out once here rather than over every route each time.
     enabled: bool = field(init=False)
@@ -207,6 +210,7 @@ def admission_policy(config: Config) -> AdmissionPolicy:
         gates=gates,
         default_max_tokens=admission.default_max_tokens,
         max_output_tokens=admission.max_output_tokens,
+        counts_tokens=config.counts_tokens(),
         store=StoreSettings(
             kind=store.kind,
             url=store.url,

@@ -46,7 +46,9 @@ from ..responses import (
     PASS_THROUGH,
     common,
     namespace_struct,
+    request_body_answer,
     request_headers_answer,
+    set_header,
 )
 from ..routing import BODILESS_ANSWER
 from ..routing import on_message as route_only
@@ -73,6 +75,11 @@ def _without_client_key(*, bodiless: bool = False) -> bytes:
 
 KEY_REMOVED: Final = _without_client_key()
 BODILESS_KEY_REMOVED: Final = _without_client_key(bodiless=True)
+# Appended (merged) to a routed answer: the usage observer skips this request (a JSON
+# answer, whose usage the access log brings, or nothing reserved to reconcile).
+SKIP_OBSERVER: Final = request_body_answer(
+    common([set_header(wire.OBSERVER_HEADER, wire.OBSERVER_SKIP.encode())])
+)
 # The request headers the admission stage reads.
 _READ: Final = frozenset((":method", ":path", wire.PRIORITY_HEADER, *wire.CLIENT_KEY_HEADERS))
 
@@ -237,7 +244,7 @@ class AdmissionStream:
         self._counters.inc(STAGE, outcome.ROUTED)
         if not limits and not gates and self._identity is None:
             self._routed = True
-            return routed
+            return routed + SKIP_OBSERVER if policy.counts_tokens else routed
         default_max = route.default_max_tokens if route is not None else policy.default_max_tokens
         estimate = Usage(
             facts.prompt_tokens, estimate_output_tokens(facts.max_tokens, facts.n, default_max)
@@ -262,7 +269,9 @@ class AdmissionStream:
                 estimate.input_tokens + estimate.output_tokens
             )
         tokens = estimate.input_tokens + estimate.output_tokens
-        admitted = partial(self._admitted, routed, priority, facts.model, estimate, decision)
+        admitted = partial(
+            self._admitted, routed, priority, facts.model, estimate, decision, facts.stream
+        )
         for index, name in enumerate(gates):
             gate = self._controller.gates.get(name)
             if gate is None:
@@ -326,12 +335,22 @@ class AdmissionStream:
         model: str,
         estimate: Usage,
         decision: Decision | None,
+        stream: bool,
     ) -> bytes:
         self._routed = True
         self._controller.metrics.decisions.labels("admitted", priority).inc()
-        return routed + self._metadata(model, estimate, decision)
+        # Who reads the usage (xds translate usage.py): the observer a stream's events,
+        # the access log a JSON answer's members. Only where token limits exist are they
+        # configured at all.
+        observed = self._policy.counts_tokens and self._reservation is not None and stream
+        answer = routed + self._metadata(model, estimate, decision, by_log=not stream)
+        if self._policy.counts_tokens and not observed:
+            answer += SKIP_OBSERVER
+        return answer
 
-    def _metadata(self, model: str, estimate: Usage, decision: Decision | None) -> bytes:
+    def _metadata(
+        self, model: str, estimate: Usage, decision: Decision | None, *, by_log: bool
+    ) -> bytes:
         values = {
             wire.META_TENANT: self._tenant_label(),
             wire.META_MODEL: model,
@@ -340,6 +359,8 @@ class AdmissionStream:
             values[wire.META_RESERVATION] = self._reservation
             values[wire.META_ESTIMATE_INPUT] = str(estimate.input_tokens)
             values[wire.META_ESTIMATE_OUTPUT] = str(estimate.output_tokens)
+            if by_log and self._policy.counts_tokens:
+                values[wire.META_USAGE_VIA] = wire.USAGE_VIA_LOG
         if decision is not None:
             for _, key, value in answers.ratelimit_values(decision.states):
                 values[key] = value

@@ -28,6 +28,7 @@ from ._proto import duration_ms
 from .ir import LimitsIR
 
 EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
+OBSERVER_STAT_PREFIX = "usage_observer"
 
 # How much longer than message_timeout the server may ask Envoy to wait for one message
 # (override_message_timeout), e.g. while a request waits in the admission queue.
@@ -84,6 +85,8 @@ def usage_observer_config(limits: LimitsIR) -> ext_proc_pb2.ExternalProcessor:
     """
     return ext_proc_pb2.ExternalProcessor(
         grpc_service=_grpc_service(wire.STAGE_USAGE),
+        # Its own stats (streams_started ...), apart from the routing stage's.
+        stat_prefix=OBSERVER_STAT_PREFIX,
         processing_mode=observer_mode(),
         observability_mode=True,
         metadata_options=ext_proc_pb2.MetadataOptions(

@@ -297,24 +297,14 @@ def build_ir(config: Config, api_keys: Mapping[str, str | None]) -> GatewayIR:
 
 def _admission_ir(config: Config) -> AdmissionIR:
     """Admission is on once any tenant, rate limit or concurrency gate is declared."""
-    limited = [tenant.rate_limits for tenant in config.tenants]
-    limited += [key.rate_limits for tenant in config.tenants for key in tenant.keys]
-    limited += [route.rate_limits for route in config.routes]
-    limited += [provider.rate_limits for provider in config.providers]
     gated = any(route.concurrency is not None for route in config.routes) or any(
         provider.concurrency is not None for provider in config.providers
     )
-    token_limits = any(
-        kind != "requests"
-        for limits in limited
-        if limits is not None
-        for kind, _limit, _window in limits.limits()
-    )
-    enabled = bool(config.tenants) or gated or any(limits is not None for limits in limited)
+    enabled = bool(config.tenants) or gated or bool(config.declared_rate_limits())
     waits = [klass.max_wait for klass in config.admission.priority_classes] if gated else []
     return AdmissionIR(
         enabled=enabled,
-        observe_usage=token_limits,
+        observe_usage=config.counts_tokens(),
         longest_queue_wait_ms=max(waits, default=0),
         keys_required=bool(config.tenants),
     )

@@ -1,7 +1,9 @@
 """Listeners: one per config listener, each an HTTP connection manager fed routes over RDS.
 
-Filter chain: ext_proc (routing stage: admission and model routing) → ext_proc usage
-observer (only with token limits; observability mode, never waited on) → fault → router.
+Filter chain: ext_proc (routing stage: admission and model routing) → [usage accounting,
+only with token limits: the ext_proc usage observer for streams (observability mode,
+never waited on) and json_to_metadata for JSON answers, reported by an access log; see
+usage.py] → fault → router.
 The routing stage reads the buffered body, sets the model header and clears the route
 cache, so the request re-matches a per-model route (routes.py). Because the body is
 buffered by ext_proc, the listener's per-connection buffer limit is the request body
@@ -42,18 +44,17 @@ from google.protobuf import wrappers_pb2
 
 from sluicegate import wire
 
-from ._ext_proc import EXT_PROC_FILTER, ext_proc_config, usage_observer_config
+from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import duration_s, pack, struct
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
 from .ir import AdmissionIR, GatewayIR, LimitsIR, ListenerIR
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
+from .usage import usage_access_log, usage_filters
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 ENVOY_HEADER_PREFIX = "x-envoy-"
 ROUTER_FILTER = "envoy.filters.http.router"
-# A second ext_proc instance needs its own filter name (the extension is chosen by type).
-USAGE_FILTER = "sluicegate.usage_observer"
 STREAM_IDLE_TIMEOUT_S = 300
 
 # The first local-reply mapper: replies that already carry a JSON body are left alone.
@@ -96,7 +97,7 @@ def _listener(
 
 
 def _http_filters(limits: LimitsIR, admission: AdmissionIR) -> list[hcm_pb2.HttpFilter]:
-    """ext_proc routing (admission) → [usage observer] → fault → router."""
+    """ext_proc routing (admission) → [usage observer, json_to_metadata] → fault → router."""
     # With admission the routing stage writes dynamic metadata (the reservation and the
     # x-ratelimit-* values); Envoy drops what a filter may not write into a namespace.
     routing = ext_proc_config(
@@ -107,9 +108,7 @@ def _http_filters(limits: LimitsIR, admission: AdmissionIR) -> list[hcm_pb2.Http
     )
     filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
     if admission.observe_usage:
-        filters.append(
-            hcm_pb2.HttpFilter(name=USAGE_FILTER, typed_config=pack(usage_observer_config(limits)))
-        )
+        filters.extend(usage_filters(limits))
     # After ext_proc: a drill applies to the route the model header selected.
     filters.append(fault_http_filter())
     filters.append(hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=pack(router_pb2.Router())))
@@ -141,6 +140,7 @@ def _http_connection_manager(
         early_header_mutation_extensions=[_strip_internal_headers()],
         http_filters=_http_filters(limits, admission),
         local_reply_config=local_reply_config(limits),
+        access_log=[usage_access_log()] if admission.observe_usage else [],
     )
 
 
@@ -164,6 +164,7 @@ def _strip_internal_headers() -> extension_pb2.TypedExtensionConfig:
             early_header_mutation_pb2.HeaderMutation(
                 mutations=[
                     mutation_rules_pb2.HeaderMutation(remove=wire.MODEL_HEADER),
+                    mutation_rules_pb2.HeaderMutation(remove=wire.OBSERVER_HEADER),
                     mutation_rules_pb2.HeaderMutation(
                         remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(
                             key_matcher=string_pb2.StringMatcher(prefix=ENVOY_HEADER_PREFIX)

@@ -1,0 +1,146 @@
+"""Usage accounting config: how a response's real token usage reaches the ext_proc servers.
+
+Two ways, chosen per request by the admission stage (it knows whether the client asked
+for a stream):
+
+- A JSON answer: Envoy's json_to_metadata filter reads the `usage` members of the
+  response body into dynamic metadata (namespace wire.USAGE_METADATA_NAMESPACE), and a
+  gRPC access log sends them, with the reservation the admission stage wrote, to the
+  ext_proc servers once the response is done. The access log batches entries on one
+  long-lived stream, so a JSON answer costs no gRPC stream of its own: the usage
+  observer's stream per request was the largest single cost of full admission
+  (benchmarks/RESULTS.md, "The ext_proc floor").
+- A stream: the usage observer (an ext_proc filter in observability mode) reads the SSE
+  events as they pass, for the final usage chunk or, without one, a count of content
+  chunks; neither fits in metadata.
+
+The admission stage sets wire.OBSERVER_HEADER on a request the observer need not read,
+and the observer filter is wrapped in a matcher that skips it for those; routes strip
+the header before a provider sees it.
+"""
+
+from __future__ import annotations
+
+from envoy.config.accesslog.v3 import accesslog_pb2
+from envoy.config.core.v3 import config_source_pb2, extension_pb2, grpc_service_pb2
+from envoy.extensions.access_loggers.grpc.v3 import als_pb2
+from envoy.extensions.common.matching.v3 import extension_matcher_pb2
+from envoy.extensions.filters.common.matcher.action.v3 import skip_action_pb2
+from envoy.extensions.filters.http.json_to_metadata.v3 import json_to_metadata_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.type.matcher.v3 import http_inputs_pb2, metadata_pb2, string_pb2, value_pb2
+from xds.core.v3 import extension_pb2 as xds_extension_pb2
+from xds.type.matcher.v3 import matcher_pb2
+
+from sluicegate import wire
+
+from ._ext_proc import usage_observer_config
+from ._proto import duration_ms, pack
+from .ir import LimitsIR
+
+# A second ext_proc instance needs its own filter name (the extension is chosen by type).
+USAGE_FILTER = "sluicegate.usage_observer"
+JSON_TO_METADATA_FILTER = "envoy.filters.http.json_to_metadata"
+GRPC_ACCESS_LOG = "envoy.access_loggers.http_grpc"
+REQUEST_HEADER_INPUT = "envoy.matching.inputs.request_headers"
+SKIP_FILTER_ACTION = "envoy.filters.common.matcher.action.skip_filter"
+# How long Envoy may hold finished requests' entries before sending them: a JSON answer's
+# reservation is reconciled at most this long after its response ended.
+LOG_FLUSH_MS = 100
+
+
+def usage_filters(limits: LimitsIR) -> list[hcm_pb2.HttpFilter]:
+    """The observer (skipped where the admission stage says so), then json_to_metadata."""
+    return [_skippable_observer(limits), _usage_to_metadata()]
+
+
+def _skippable_observer(limits: LimitsIR) -> hcm_pb2.HttpFilter:
+    tree = matcher_pb2.Matcher.MatcherTree(
+        input=xds_extension_pb2.TypedExtensionConfig(
+            name=REQUEST_HEADER_INPUT,
+            typed_config=pack(
+                http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=wire.OBSERVER_HEADER)
+            ),
+        ),
+    )
+    tree.exact_match_map.map[wire.OBSERVER_SKIP].CopyFrom(
+        matcher_pb2.Matcher.OnMatch(
+            action=xds_extension_pb2.TypedExtensionConfig(
+                name=SKIP_FILTER_ACTION, typed_config=pack(skip_action_pb2.SkipFilter())
+            )
+        )
+    )
+    # No match (the header absent): no action, so the observer runs.
+    return hcm_pb2.HttpFilter(
+        name=USAGE_FILTER,
+        typed_config=pack(
+            extension_matcher_pb2.ExtensionWithMatcher(
+                xds_matcher=matcher_pb2.Matcher(matcher_tree=tree),
+                extension_config=extension_pb2.TypedExtensionConfig(
+                    name=USAGE_FILTER, typed_config=pack(usage_observer_config(limits))
+                ),
+            )
+        ),
+    )
+
+
+def _usage_to_metadata() -> hcm_pb2.HttpFilter:
+    """`usage.<member>` of a JSON response body into wire.USAGE_METADATA_NAMESPACE.
+
+    Values keep their JSON type (PROTOBUF_VALUE): the ext_proc side takes only whole
+    numbers in range, as it does when it parses a body itself. Only application/json
+    bodies are read (the filter's default); other bodies pass untouched, unbuffered.
+    """
+    rules = [
+        json_to_metadata_pb2.JsonToMetadata.Rule(
+            selectors=[
+                json_to_metadata_pb2.JsonToMetadata.Selector(key="usage"),
+                json_to_metadata_pb2.JsonToMetadata.Selector(key=member),
+            ],
+            on_present=json_to_metadata_pb2.JsonToMetadata.KeyValuePair(
+                metadata_namespace=wire.USAGE_METADATA_NAMESPACE, key=member
+            ),
+        )
+        for member in wire.USAGE_MEMBERS
+    ]
+    return hcm_pb2.HttpFilter(
+        name=JSON_TO_METADATA_FILTER,
+        typed_config=pack(
+            json_to_metadata_pb2.JsonToMetadata(
+                response_rules=json_to_metadata_pb2.JsonToMetadata.MatchRules(rules=rules)
+            )
+        ),
+    )
+
+
+def usage_access_log() -> accesslog_pb2.AccessLog:
+    """Entries of requests the admission stage marked (wire.META_USAGE_VIA), over gRPC to
+    the ext_proc servers' AccessLogService, batched every LOG_FLUSH_MS."""
+    marked = metadata_pb2.MetadataMatcher(
+        filter=wire.METADATA_NAMESPACE,
+        path=[metadata_pb2.MetadataMatcher.PathSegment(key=wire.META_USAGE_VIA)],
+        value=value_pb2.ValueMatcher(
+            string_match=string_pb2.StringMatcher(exact=wire.USAGE_VIA_LOG)
+        ),
+    )
+    config = als_pb2.HttpGrpcAccessLogConfig(
+        common_config=als_pb2.CommonGrpcAccessLogConfig(
+            log_name=wire.USAGE_LOG_NAME,
+            grpc_service=grpc_service_pb2.GrpcService(
+                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(
+                    cluster_name=wire.EXT_PROC_SIDE_CLUSTER
+                )
+            ),
+            transport_api_version=config_source_pb2.V3,
+            buffer_flush_interval=duration_ms(LOG_FLUSH_MS),
+        )
+    )
+    return accesslog_pb2.AccessLog(
+        name=GRPC_ACCESS_LOG,
+        filter=accesslog_pb2.AccessLogFilter(
+            metadata_filter=accesslog_pb2.MetadataFilter(matcher=marked)
+        ),
+        typed_config=pack(config),
+    )
