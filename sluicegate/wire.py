@@ -39,11 +39,14 @@ META_ESTIMATE_OUTPUT: Final = "estimate_output_tokens"
 # USAGE_VIA_LOG; absent, the usage observer reads the response (a stream).
 META_USAGE_VIA: Final = "usage_via"
 USAGE_VIA_LOG: Final = "log"
-# Set by the admission stage on a request the usage observer need not read (a JSON answer
-# or nothing reserved): the observer filter is skipped. Stripped before routing when a
-# client sends it, and before a provider sees it.
-OBSERVER_HEADER: Final = "x-sluicegate-observer"
-OBSERVER_SKIP: Final = "skip"
+# Set by the admission stage on a request the usage observer need not read: USAGE_BY_LOG
+# (a JSON answer: json_to_metadata reads its usage, the access log brings it) or
+# USAGE_UNREAD (nothing reserved: neither reads anything). Absent, the observer reads the
+# response (a reserved stream). Stripped before routing when a client sends it, and
+# before a provider sees it.
+USAGE_HEADER: Final = "x-sluicegate-usage"
+USAGE_BY_LOG: Final = "log"
+USAGE_UNREAD: Final = "none"
 # Envoy's json_to_metadata filter writes a JSON answer's usage members here; the access
 # log carries them to the ext_proc servers with the request's other metadata.
 USAGE_METADATA_NAMESPACE: Final = "sluicegate.usage"

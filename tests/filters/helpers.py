@@ -108,9 +108,9 @@ def error_of(answer: Any) -> tuple[int, dict[str, Any]]:
     return immediate.status.code, error
 
 
-def observer_header(answer: Any) -> bytes | None:
-    """The value a routing answer sets for the usage observer (None: not set)."""
-    return set_headers(answer.request_body.response).get(wire.OBSERVER_HEADER)
+def usage_header(answer: Any) -> bytes | None:
+    """Who a routing answer says reads the usage (None: not set, the observer)."""
+    return set_headers(answer.request_body.response).get(wire.USAGE_HEADER)
 
 
 def routed_model(answer: Any) -> str:
@@ -119,9 +119,9 @@ def routed_model(answer: Any) -> str:
     common = answer.request_body.response
     assert common.clear_route_cache
     headers = set_headers(common)
-    # Besides the model, at most the admission stage's word to the usage observer.
+    # Besides the model, at most the admission stage's word on who reads the usage.
     assert next(iter(headers)) == wire.MODEL_HEADER
-    assert headers.keys() - {wire.MODEL_HEADER} <= {wire.OBSERVER_HEADER}
-    assert headers.get(wire.OBSERVER_HEADER, wire.OBSERVER_SKIP.encode()) == b"skip"
+    assert headers.keys() - {wire.MODEL_HEADER} <= {wire.USAGE_HEADER}
+    assert headers.get(wire.USAGE_HEADER, b"log") in (b"log", b"none")
     assert not common.HasField("body_mutation")
     return headers[wire.MODEL_HEADER].decode()

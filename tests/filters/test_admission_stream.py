@@ -29,7 +29,7 @@ from .admission_helpers import (
     wait_until,
 )
 from .admission_helpers import chat_body as body_of
-from .helpers import CHANNEL_OPTIONS, error_of, observer_header, routed_model
+from .helpers import CHANNEL_OPTIONS, error_of, routed_model, usage_header
 
 TEAM = "sk-test-team-0001"
 NARROW = "sk-test-narrow-0002"
@@ -360,25 +360,25 @@ async def test_tenant_without_limits_routes_without_a_reservation(
     stream, answer = await admit(channel, NARROW, body_of("small", max_tokens=5))
     assert routed_model(answer) == "small"
     assert metadata_of(answer) == {wire.META_TENANT: "narrow", wire.META_MODEL: "small"}
-    # Nothing to reconcile: the usage observer skips it.
-    assert observer_header(answer) == b"skip"
+    # Nothing to reconcile: neither the observer nor the access log reads it.
+    assert usage_header(answer) == b"none"
     await stream.close()
 
 
 async def test_who_reads_the_usage_follows_the_stream_flag(channel: grpc.aio.Channel) -> None:
-    """A reserved stream is read by the observer (no skip, no usage_via); a reserved JSON
-    request by the access log (skip, usage_via=log)."""
+    """A reserved stream is read by the observer (no usage header, no usage_via); a
+    reserved JSON request by the access log (header and usage_via "log")."""
     stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20, stream=True))
     assert routed_model(answer) == "gpt-4o"
     values = metadata_of(answer)
     assert values[wire.META_RESERVATION]
     assert wire.META_USAGE_VIA not in values
-    assert observer_header(answer) is None
+    assert usage_header(answer) is None
     await stream.close()
 
     stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20))
     assert metadata_of(answer)[wire.META_USAGE_VIA] == wire.USAGE_VIA_LOG
-    assert observer_header(answer) == b"skip"
+    assert usage_header(answer) == b"log"
     await stream.close()
 
 

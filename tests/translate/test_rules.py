@@ -150,15 +150,15 @@ def test_routing_stage_ext_proc() -> None:
     assert not config.allow_mode_override
 
 
-def test_client_model_and_observer_headers_are_removed_before_routing() -> None:
+def test_client_model_and_usage_headers_are_removed_before_routing() -> None:
     hcm = hcm_of(only(translate(ir_of("single_provider"))[LISTENER]))
     (extension,) = hcm.early_header_mutation_extensions
     mutation = early_pb2.HeaderMutation()
     assert extension.typed_config.Unpack(mutation)
     model, observer, envoy_headers = mutation.mutations
     assert model.remove == wire.MODEL_HEADER
-    # Only the admission stage may tell the usage observer to skip a request.
-    assert observer.remove == wire.OBSERVER_HEADER
+    # Only the admission stage may say who reads a request's usage.
+    assert observer.remove == wire.USAGE_HEADER
     # Clients cannot steer retries or timeouts with x-envoy-* request headers.
     assert envoy_headers.remove_on_match.key_matcher.prefix == "x-envoy-"
 

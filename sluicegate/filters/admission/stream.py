@@ -75,11 +75,18 @@ def _without_client_key(*, bodiless: bool = False) -> bytes:
 
 KEY_REMOVED: Final = _without_client_key()
 BODILESS_KEY_REMOVED: Final = _without_client_key(bodiless=True)
-# Appended (merged) to a routed answer: the usage observer skips this request (a JSON
-# answer, whose usage the access log brings, or nothing reserved to reconcile).
-SKIP_OBSERVER: Final = request_body_answer(
-    common([set_header(wire.OBSERVER_HEADER, wire.OBSERVER_SKIP.encode())])
-)
+
+
+def _usage_answer(value: str) -> bytes:
+    return request_body_answer(common([set_header(wire.USAGE_HEADER, value.encode())]))
+
+
+# Appended (merged) to a routed answer where token limits exist: who reads the usage
+# (xds translate usage.py). The access log, for a reserved JSON answer; nobody, with
+# nothing reserved. A reserved stream gets neither: the usage observer reads it.
+USAGE_BY_LOG: Final = _usage_answer(wire.USAGE_BY_LOG)
+USAGE_UNREAD: Final = _usage_answer(wire.USAGE_UNREAD)
+
 # The request headers the admission stage reads.
 _READ: Final = frozenset((":method", ":path", wire.PRIORITY_HEADER, *wire.CLIENT_KEY_HEADERS))
 
@@ -244,7 +251,7 @@ class AdmissionStream:
         self._counters.inc(STAGE, outcome.ROUTED)
         if not limits and not gates and self._identity is None:
             self._routed = True
-            return routed + SKIP_OBSERVER if policy.counts_tokens else routed
+            return routed + USAGE_UNREAD if policy.counts_tokens else routed
         default_max = route.default_max_tokens if route is not None else policy.default_max_tokens
         estimate = Usage(
             facts.prompt_tokens, estimate_output_tokens(facts.max_tokens, facts.n, default_max)
@@ -339,14 +346,12 @@ class AdmissionStream:
     ) -> bytes:
         self._routed = True
         self._controller.metrics.decisions.labels("admitted", priority).inc()
-        # Who reads the usage (xds translate usage.py): the observer a stream's events,
-        # the access log a JSON answer's members. Only where token limits exist are they
-        # configured at all.
-        observed = self._policy.counts_tokens and self._reservation is not None and stream
         answer = routed + self._metadata(model, estimate, decision, by_log=not stream)
-        if self._policy.counts_tokens and not observed:
-            answer += SKIP_OBSERVER
-        return answer
+        if not self._policy.counts_tokens:
+            return answer  # no usage is read anywhere
+        if self._reservation is None:
+            return answer + USAGE_UNREAD
+        return answer if stream else answer + USAGE_BY_LOG
 
     def _metadata(
         self, model: str, estimate: Usage, decision: Decision | None, *, by_log: bool

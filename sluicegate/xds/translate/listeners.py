@@ -164,7 +164,7 @@ def _strip_internal_headers() -> extension_pb2.TypedExtensionConfig:
             early_header_mutation_pb2.HeaderMutation(
                 mutations=[
                     mutation_rules_pb2.HeaderMutation(remove=wire.MODEL_HEADER),
-                    mutation_rules_pb2.HeaderMutation(remove=wire.OBSERVER_HEADER),
+                    mutation_rules_pb2.HeaderMutation(remove=wire.USAGE_HEADER),
                     mutation_rules_pb2.HeaderMutation(
                         remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(
                             key_matcher=string_pb2.StringMatcher(prefix=ENVOY_HEADER_PREFIX)

@@ -64,7 +64,7 @@ def build_route_configurations(
         routes=routes,
         response_headers_to_add=ratelimit_response_headers() if ir.admission.enabled else [],
         # The admission stage's word to the usage observer is not for providers.
-        request_headers_to_remove=[wire.OBSERVER_HEADER] if ir.admission.observe_usage else [],
+        request_headers_to_remove=[wire.USAGE_HEADER] if ir.admission.observe_usage else [],
     )
     return [
         route_pb2.RouteConfiguration(

@@ -14,9 +14,10 @@ for a stream):
   events as they pass, for the final usage chunk or, without one, a count of content
   chunks; neither fits in metadata.
 
-The admission stage sets wire.OBSERVER_HEADER on a request the observer need not read,
-and the observer filter is wrapped in a matcher that skips it for those; routes strip
-the header before a provider sees it.
+The admission stage says which per request in wire.USAGE_HEADER: the observer is
+skipped for "log" and "none", json_to_metadata for "none" (nothing reserved, so nothing
+to read; on a stream it finds no JSON body to read anyway). Both filters are wrapped in
+matchers on that header; routes strip it before a provider sees it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.type.matcher.v3 import http_inputs_pb2, metadata_pb2, string_pb2, value_pb2
+from google.protobuf import any_pb2
 from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2
 
@@ -52,41 +54,45 @@ LOG_FLUSH_MS = 100
 
 
 def usage_filters(limits: LimitsIR) -> list[hcm_pb2.HttpFilter]:
-    """The observer (skipped where the admission stage says so), then json_to_metadata."""
-    return [_skippable_observer(limits), _usage_to_metadata()]
+    """The observer, then json_to_metadata, each skipped where the admission stage says."""
+    observer = pack(usage_observer_config(limits))
+    return [
+        _skipped_for(USAGE_FILTER, observer, (wire.USAGE_BY_LOG, wire.USAGE_UNREAD)),
+        _skipped_for(JSON_TO_METADATA_FILTER, _usage_to_metadata(), (wire.USAGE_UNREAD,)),
+    ]
 
 
-def _skippable_observer(limits: LimitsIR) -> hcm_pb2.HttpFilter:
+def _skipped_for(name: str, config: any_pb2.Any, values: tuple[str, ...]) -> hcm_pb2.HttpFilter:
+    """The filter `name`, skipped for a request whose wire.USAGE_HEADER is one of `values`."""
     tree = matcher_pb2.Matcher.MatcherTree(
         input=xds_extension_pb2.TypedExtensionConfig(
             name=REQUEST_HEADER_INPUT,
             typed_config=pack(
-                http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=wire.OBSERVER_HEADER)
+                http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=wire.USAGE_HEADER)
             ),
         ),
     )
-    tree.exact_match_map.map[wire.OBSERVER_SKIP].CopyFrom(
-        matcher_pb2.Matcher.OnMatch(
-            action=xds_extension_pb2.TypedExtensionConfig(
-                name=SKIP_FILTER_ACTION, typed_config=pack(skip_action_pb2.SkipFilter())
+    for value in values:
+        tree.exact_match_map.map[value].CopyFrom(
+            matcher_pb2.Matcher.OnMatch(
+                action=xds_extension_pb2.TypedExtensionConfig(
+                    name=SKIP_FILTER_ACTION, typed_config=pack(skip_action_pb2.SkipFilter())
+                )
             )
         )
-    )
-    # No match (the header absent): no action, so the observer runs.
+    # No match (another value, or none): no action, so the filter runs.
     return hcm_pb2.HttpFilter(
-        name=USAGE_FILTER,
+        name=name,
         typed_config=pack(
             extension_matcher_pb2.ExtensionWithMatcher(
                 xds_matcher=matcher_pb2.Matcher(matcher_tree=tree),
-                extension_config=extension_pb2.TypedExtensionConfig(
-                    name=USAGE_FILTER, typed_config=pack(usage_observer_config(limits))
-                ),
+                extension_config=extension_pb2.TypedExtensionConfig(name=name, typed_config=config),
             )
         ),
     )
 
 
-def _usage_to_metadata() -> hcm_pb2.HttpFilter:
+def _usage_to_metadata() -> any_pb2.Any:
     """`usage.<member>` of a JSON response body into wire.USAGE_METADATA_NAMESPACE.
 
     Values keep their JSON type (PROTOBUF_VALUE): the ext_proc side takes only whole
@@ -105,13 +111,10 @@ def _usage_to_metadata() -> hcm_pb2.HttpFilter:
         )
         for member in wire.USAGE_MEMBERS
     ]
-    return hcm_pb2.HttpFilter(
-        name=JSON_TO_METADATA_FILTER,
-        typed_config=pack(
-            json_to_metadata_pb2.JsonToMetadata(
-                response_rules=json_to_metadata_pb2.JsonToMetadata.MatchRules(rules=rules)
-            )
-        ),
+    return pack(
+        json_to_metadata_pb2.JsonToMetadata(
+            response_rules=json_to_metadata_pb2.JsonToMetadata.MatchRules(rules=rules)
+        )
     )
 
 
