@@ -198,7 +198,8 @@ def check_unshared_limits(doc: Document, at: Locator) -> Iterable[Problem]:
     yield at.warning(
         path,
         f"{replicas} ext_proc processes share no rate-limit counts with the memory store: "
-        f"each counts alone, so together they admit up to {replicas}x every limit; "
+        f"each counts alone, so together they admit up to {replicas}x every limit, and "
+        "a reservation is reconciled only where the response's usage report lands; "
         "set admission.store.kind: redis to share them",
     )
 
