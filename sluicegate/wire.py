@@ -28,8 +28,9 @@ PRIORITY_HEADER: Final = "x-sluicegate-priority"
 CLIENT_KEY_HEADERS: Final = ("authorization", "x-api-key", "api-key")
 
 # Dynamic metadata (namespace METADATA_NAMESPACE) the admission stage sets on an admitted
-# request: the usage observer reads the reservation from it, and routes turn the
-# rate-limit values into OpenAI's x-ratelimit-* response headers without a round trip.
+# request: the usage observer and the usage log read the reservation from it, and routes
+# turn the rate-limit values into OpenAI's x-ratelimit-* response headers without a
+# round trip.
 META_RESERVATION: Final = "reservation"
 META_TENANT: Final = "tenant"
 META_MODEL: Final = "model"
@@ -66,9 +67,10 @@ RATELIMIT_HEADERS: Final = (
 XDS_CLUSTER: Final = "sluicegate_xds"
 EXT_PROC_CLUSTER: Final = "sluicegate_ext_proc"  # the routing stage: one stream per request
 # The same ext_proc servers for the stages that open streams of their own (the usage
-# observer, the attempt stage). A cluster of their own keeps Envoy's round robin over the
-# routing cluster one step per request: shared, observer streams would take every other
-# turn, and with two replicas every routing stream could land on one of them.
+# observer, the usage access log, the attempt stage). A cluster of their own keeps
+# Envoy's round robin over the routing cluster one step per request: shared, observer
+# streams would take every other turn, and with two replicas every routing stream could
+# land on one of them.
 EXT_PROC_SIDE_CLUSTER: Final = "sluicegate_ext_proc_side"
 
 # Endpoint metadata namespace carrying per-provider facts to per-attempt filters.

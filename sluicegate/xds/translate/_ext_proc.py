@@ -74,7 +74,8 @@ def _grpc_service(stage: str) -> grpc_service_pb2.GrpcService:
 
 
 def usage_observer_config(limits: LimitsIR) -> ext_proc_pb2.ExternalProcessor:
-    """The usage stage: reads real token usage off each response to reconcile reservations.
+    """The usage stage: reads real token usage off each streamed response to reconcile
+    reservations (JSON answers skip it: their usage comes with the access log, usage.py).
 
     observability_mode: Envoy sends the response headers and every body chunk without
     waiting for an answer, so a streamed response never waits on Python chunk by chunk

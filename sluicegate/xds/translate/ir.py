@@ -227,8 +227,8 @@ class AdmissionIR:
     """What the admission work in ext_proc needs from Envoy's side of the config.
 
     enabled: tenants, rate limits or a concurrency gate exist, so admitted responses carry
-    x-ratelimit-* headers from dynamic metadata. observe_usage: token limits exist, so a
-    response observer reports real usage to reconcile reservations. longest_queue_wait_ms:
+    x-ratelimit-* headers from dynamic metadata. observe_usage: token limits exist, so real
+    usage is read off responses (usage.py) to reconcile reservations. longest_queue_wait_ms:
     how long the routing stage may hold a request in a priority queue before answering.
     keys_required: tenants exist, so every request under a route prefix needs a client key,
     model listings included (they then go through ext_proc, which also lists a tenant
