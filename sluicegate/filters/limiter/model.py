@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol, get_args
 
 Kind = Literal["requests", "input_tokens", "output_tokens", "tokens"]
@@ -50,6 +50,8 @@ class Limit:
     kind: Kind
     limit: int
     window_s: float
+    # The counter id (`key`), made once: stores read it on every decision.
+    _key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.scope or _SCOPE_FORBIDDEN & set(self.scope):
@@ -62,6 +64,8 @@ class Limit:
             raise ValueError(f"limit must be an int > 0, got {self.limit!r}")
         if not math.isfinite(self.window_s) or self.window_ms < 1:
             raise ValueError(f"window_s must be at least 0.001, got {self.window_s!r}")
+        key = f"{self.scope}:{self.name}:{self.kind}:{self.window_ms}"
+        object.__setattr__(self, "_key", key)
 
     @property
     def window_ms(self) -> int:
@@ -73,7 +77,7 @@ class Limit:
         """Stable counter id. The limit value is not part of it, so a config
         change that raises or lowers a limit keeps the charges already made.
         Unambiguous even when `name` holds ':' (scope, kind and window have none)."""
-        return f"{self.scope}:{self.name}:{self.kind}:{self.window_ms}"
+        return self._key
 
 
 @dataclass(frozen=True, slots=True)
