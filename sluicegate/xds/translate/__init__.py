@@ -18,9 +18,10 @@ from typing import Final
 
 from google.protobuf.message import Message
 
+from sluicegate import wire
+
 from .clusters import build_clusters
 from .endpoints import build_endpoints
-from .errors_json import models_list_body
 from .ir import (
     BackendIR,
     GatewayIR,
@@ -150,7 +151,7 @@ def _served(ir: GatewayIR) -> list[tuple[ServedModel, RouteIR]]:
 def models_list_json(ir: GatewayIR, path_prefix: str | None = None) -> bytes:
     """OpenAI's `GET /v1/models` body: every served model, or those under `path_prefix`."""
     prefix = normalize_path_prefix(path_prefix) if path_prefix is not None else None
-    return models_list_body(
+    return wire.models_list_body(
         model
         for route in ir.routes
         if prefix is None or route.path_prefix == prefix

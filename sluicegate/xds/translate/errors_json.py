@@ -1,4 +1,5 @@
-"""OpenAI-format error bodies for replies Envoy makes itself, and the `/models` listings.
+"""OpenAI-format error bodies for replies Envoy makes itself (the `/models` listings'
+format lives in sluicegate.wire, shared with the ext_proc filter).
 
 Clients of an OpenAI-compatible API parse `{"error": {"message", "type", "param",
 "code"}}` on every non-2xx answer, so no error may leave the gateway in Envoy's plain
@@ -12,10 +13,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
-
-from sluicegate.wire import model_body, models_list_body
-
-__all__ = ["model_body", "models_list_body"]  # the listings' format lives in wire
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from sluicegate import wire
 
 from ._ext_proc import EXT_PROC_FILTER
 from ._proto import pack, struct
-from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE, model_body, models_list_body
+from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE
 from .faults import FAULT_FILTER, route_fault
 from .ir import GatewayIR, RouteIR
 from .memo import RouteMemo
@@ -111,7 +111,7 @@ def _routes(ir: GatewayIR, memo: RouteMemo | None = None) -> list[rc.Route]:
             {m for route in ir.routes if route.path_prefix == prefix for m in route.models}
         )
         keyed = ir.admission.keys_required
-        routes.append(_json_route(f"{prefix}models", models_list_body(models), keyed=keyed))
+        routes.append(_json_route(f"{prefix}models", wire.models_list_body(models), keyed=keyed))
         for model in models:
             path = f"{prefix}models/{model}"
             build = partial(_model_listing, path, model, keyed=keyed)
@@ -147,7 +147,7 @@ def _not_found(prefix: str, *, ext_proc: bool) -> rc.Route:
 
 
 def _model_listing(path: str, model: str, *, keyed: bool) -> rc.Route:
-    return _json_route(path, model_body(model), keyed=keyed)
+    return _json_route(path, wire.model_body(model), keyed=keyed)
 
 
 def _json_route(path: str, body: bytes, *, keyed: bool) -> rc.Route:
