@@ -135,9 +135,14 @@ def _max_tokens(member: str, limit: int | None) -> bytes:
     )
 
 
+def shown_model(model: str) -> str:
+    """A client's model name as an error message echoes it: never more than a line."""
+    return model if len(model) <= _MODEL_NAME_SHOWN else model[:_MODEL_NAME_SHOWN] + "…"
+
+
 def model_not_found(model: str) -> bytes:
-    """404 for a model no route serves (name shortened, never more than a line)."""
-    shown = model if len(model) <= _MODEL_NAME_SHOWN else model[:_MODEL_NAME_SHOWN] + "…"
+    """404 for a model no route serves."""
+    shown = shown_model(model)
     return immediate_error(
         404,
         f"The model `{shown}` does not exist or you do not have access to it.",

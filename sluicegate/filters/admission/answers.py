@@ -15,6 +15,7 @@ from typing import Final
 
 from sluicegate import wire
 
+from ..errors import shown_model
 from ..limiter import Decision, LimitState
 from ..queueing import Shed
 from ..responses import immediate_error
@@ -138,7 +139,7 @@ def shed(error: Shed) -> bytes:
 
 
 def model_forbidden(tenant: str, model: str) -> bytes:
-    shown = model if len(model) <= 200 else model[:200] + "…"
+    shown = shown_model(model)
     return immediate_error(
         403,
         f"Your key (tenant {tenant}) may not use the model `{shown}`.",
