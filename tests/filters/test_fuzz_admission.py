@@ -5,6 +5,8 @@
 - The usage parsers never raise, and give the same answer however the body is
   cut into chunks (inside multi-byte characters and CRLF included); on
   generated SSE streams they give the answer the stream was built to give.
+- The usage log reads the usage members Envoy hands over as the body parser
+  reads them in JSON.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import json
 from dataclasses import astuple, dataclass, replace
 from typing import Any
 
+from google.protobuf import struct_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sluicegate import wire
+from sluicegate.filters.admission.usage_log import observed_from
 from sluicegate.filters.estimate import estimate_text_tokens
 from sluicegate.filters.jsonbody import BodyError
 from sluicegate.filters.request_facts import (
@@ -375,3 +380,49 @@ def test_generated_sse_streams_read_right_however_they_are_cut(
     )
     assert parse(SseUsageParser(), split(data, cuts)) == expected
     assert parse(SseUsageParser(), split(data, list(range(len(data))))) == expected
+
+
+# ----- the usage log: what json_to_metadata hands over ------------------------------------------
+
+usage_members = st.dictionaries(
+    st.sampled_from(["prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"]),
+    json_scalars | st.integers(min_value=0, max_value=2 * 10**9),
+)
+
+
+def _as_envoy_number(value: Any) -> int | None:
+    """A member as the usage log must take it: JSON numbers reach it as doubles (Envoy's
+    json_to_metadata), so a whole number written with a fraction (12.0) counts too."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if float(value).is_integer() and 0 <= value <= 10**9:
+        return int(value)
+    return None
+
+
+@given(members=usage_members)
+@FUZZ
+def test_usage_log_reads_members_as_the_body_parser_does(members: dict[str, Any]) -> None:
+    """For any usage object, the usage log's reading of the metadata json_to_metadata
+    writes agrees with the body parser's reading of the JSON (up to 12.0 above), and
+    never raises."""
+    filter_metadata: dict[str, Any] = {}
+    if members:
+        namespace = struct_pb2.Struct()
+        namespace.update(members)  # JSON values as Envoy's PROTOBUF_VALUE type keeps them
+        filter_metadata[wire.USAGE_METADATA_NAMESPACE] = namespace
+    seen = observed_from(filter_metadata)
+
+    expected = {k: _as_envoy_number(v) for k, v in members.items()}
+    prompt = expected.get("prompt_tokens")
+    completion = expected.get("completion_tokens")
+    assert seen.input_tokens == (prompt if prompt is not None else expected.get("input_tokens"))
+    assert seen.output_tokens == (
+        completion if completion is not None else expected.get("output_tokens")
+    )
+    # Where JSON has true integers, the body parser reads the same.
+    if all(not isinstance(v, float) for v in members.values()):
+        parser = JsonUsageParser(1 << 20)
+        parser.feed(json.dumps({"usage": members}).encode())
+        body = parser.finish()
+        assert (body.input_tokens, body.output_tokens) == (seen.input_tokens, seen.output_tokens)
