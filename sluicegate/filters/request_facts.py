@@ -20,8 +20,18 @@ MAX_N: Final = 128  # OpenAI's limit on `n`
 PROMPT_MEMBERS: Final = ("messages", "prompt", "input", "instructions", "tools", "functions")
 # Spellings of the output cap, first wins: chat (new, legacy) and the Responses API.
 MAX_TOKENS_MEMBERS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+# Asking for log probabilities: the answer may then be many times the size of its text.
+LOGPROBS_MEMBERS: Final = ("logprobs", "top_logprobs")
 READ_MEMBERS: Final = frozenset(
-    ("model", "stream", "stream_options", "n", *MAX_TOKENS_MEMBERS, *PROMPT_MEMBERS)
+    (
+        "model",
+        "stream",
+        "stream_options",
+        "n",
+        *MAX_TOKENS_MEMBERS,
+        *PROMPT_MEMBERS,
+        *LOGPROBS_MEMBERS,
+    )
 )
 
 
@@ -35,6 +45,9 @@ class RequestFacts:
     max_tokens: int | None  # the first of MAX_TOKENS_MEMBERS present and not null
     n: int  # choices requested (default 1)
     prompt_tokens: int  # estimate.py's estimate over PROMPT_MEMBERS
+    # Any LOGPROBS_MEMBERS present with a value that is not false, null, 0 or empty: not
+    # checked (providers do), only noted, because it makes the answer large.
+    logprobs: bool = False
 
 
 def inspect_request(body: bytes, *, max_output_tokens: int) -> RequestFacts:
@@ -53,6 +66,7 @@ def inspect_request(body: bytes, *, max_output_tokens: int) -> RequestFacts:
         prompt_tokens=estimate_span_tokens(
             text, [(m.start, m.end) for name in PROMPT_MEMBERS if (m := members.get(name))]
         ),
+        logprobs=any(bool(m.value) for name in LOGPROBS_MEMBERS if (m := members.get(name))),
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from sluicegate import wire
 from sluicegate.filters import ExtProcServer, RoutingTable, admission_policy
+from sluicegate.filters.admission.stream import LOG_MAX_OUTPUT_TOKENS
 from sluicegate.filters.counters import Counters
 from sluicegate.filters.responses import CONTINUE_REQUEST_HEADERS
 from sluicegate.filters.routing import decide
@@ -379,6 +380,31 @@ async def test_who_reads_the_usage_follows_the_stream_flag(channel: grpc.aio.Cha
     stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20))
     assert metadata_of(answer)[wire.META_USAGE_VIA] == wire.USAGE_VIA_LOG
     assert usage_header(answer) == b"log"
+    await stream.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "extra", "max_tokens"),
+    [
+        ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 5}, 20),  # many times text
+        ("/v1/chat/completions", {}, LOG_MAX_OUTPUT_TOKENS + 1),  # a long answer
+        ("/v1/embeddings", {}, 20),  # MBs of floats
+    ],
+)
+async def test_large_json_answers_keep_the_observer(
+    channel: grpc.aio.Channel, path: str, extra: dict[str, object], max_tokens: int
+) -> None:
+    """Envoy parses a logged JSON answer whole in its worker (about 40 ms a MB): answers
+    that may be large are read by the observer in Python instead."""
+    document = {**json.loads(body_of("gpt-4o", max_tokens=max_tokens)), **extra}
+    stream = Stream(channel)
+    await stream.headers(TEAM, path=path)
+    answer = await stream.body(json.dumps(document).encode())
+    assert routed_model(answer) == "gpt-4o"
+    values = metadata_of(answer)
+    assert values[wire.META_RESERVATION]
+    assert wire.META_USAGE_VIA not in values
+    assert usage_header(answer) is None
     await stream.close()
 
 

@@ -24,6 +24,7 @@ from sluicegate.filters.admission.usage_log import observed_from
 from sluicegate.filters.estimate import estimate_text_tokens
 from sluicegate.filters.jsonbody import BodyError
 from sluicegate.filters.request_facts import (
+    LOGPROBS_MEMBERS,
     MAX_N,
     MAX_TOKENS_MEMBERS,
     PROMPT_MEMBERS,
@@ -87,6 +88,8 @@ request_objects = st.tuples(
             "max_completion_tokens": mostly(st.integers(1, 4096)),
             "max_output_tokens": mostly(st.integers(1, 4096)),
             "n": mostly(st.integers(1, MAX_N)),
+            "logprobs": mostly(st.booleans()),
+            "top_logprobs": mostly(st.integers(0, 20)),
             **dict.fromkeys(PROMPT_MEMBERS, json_values),
         },
     ),
@@ -140,8 +143,9 @@ def oracle(document: Any, limit: int, *, ensure_ascii: bool = True) -> RequestFa
         for name in PROMPT_MEMBERS
         if name in document
     )
+    logprobs = any(bool(document.get(name)) for name in LOGPROBS_MEMBERS)
     return RequestFacts(
-        model, bool(stream), include_usage, max_tokens, n, estimate_text_tokens(prompt)
+        model, bool(stream), include_usage, max_tokens, n, estimate_text_tokens(prompt), logprobs
     )
 
 
