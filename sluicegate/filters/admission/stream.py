@@ -87,9 +87,10 @@ def _usage_answer(value: str) -> bytes:
 USAGE_BY_LOG: Final = _usage_answer(wire.USAGE_BY_LOG)
 USAGE_UNREAD: Final = _usage_answer(wire.USAGE_UNREAD)
 
-# Envoy's json_to_metadata parses a whole JSON answer, in its worker thread, at about
-# 40 ms per MB (measured on Envoy 1.40: +360 ms for 8.6 MB): only answers known to be small
-# are read that way; the others go to the usage observer, which reads them in Python.
+# Envoy's json_to_metadata parses a whole JSON answer in its worker thread, about 40 ms a
+# MB on Envoy 1.40 (benchmarks/json_usage_cost.py: +1.0 ms for 20 KB, +80 ms for 2 MB):
+# only answers known to be small are read that way; the others go to the usage observer,
+# which reads them in Python.
 LOG_MAX_OUTPUT_TOKENS: Final = 4096
 _LOGGED_ENDPOINTS: Final = ("/chat/completions", "/completions", "/responses")
 
@@ -97,8 +98,8 @@ _LOGGED_ENDPOINTS: Final = ("/chat/completions", "/completions", "/responses")
 def small_json_answer(path: str | None, facts: RequestFacts, estimate: Usage) -> bool:
     """Whether a JSON answer's usage may be read by Envoy (the access-log path): a text
     generation endpoint, no log probabilities, at most LOG_MAX_OUTPUT_TOKENS allowed out
-    (about 16 KB of text, well under a millisecond to parse). Embeddings (MBs of floats,
-    no output count), images, logprobs and long answers keep the observer."""
+    (about 16 KB of text at worst: under a millisecond of Envoy's worker). Embeddings
+    (MBs of floats, no output count), images, logprobs and long answers keep the observer."""
     endpoint = (path or "").partition("?")[0].rstrip("/")
     return (
         endpoint.endswith(_LOGGED_ENDPOINTS)
