@@ -10,7 +10,6 @@ import heapq
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from .decision import RETRY_WALK_CAP, US_PER_S, make_decision
 from .model import Decision, DuplicateReservation, Kind, Limit, Usage, check_request
@@ -92,14 +91,12 @@ class _Log:
         return self.window_us
 
 
-@dataclass(slots=True)
-class _Record:
-    """What reconcile needs to find a reservation's charges again."""
-
-    t: int
-    charges: tuple[tuple[str, Kind, int, int], ...]  # (limit key, kind, window µs, estimate)
-    expires_us: int
-    done: bool = False
+# What reconcile needs to find a reservation's charges again:
+# (decision time µs, ((limit key, kind, window µs, estimate), ...), expiry µs, reconciled).
+# A plain tuple of numbers and strings, not an object: CPython stops tracking such tuples
+# in its collector, so a window's worth of reservations (tens of thousands) is not walked
+# by every full collection (benchmarks/RESULTS.md, "Collector pauses").
+_Record = tuple[int, tuple[tuple[str, Kind, int, int], ...], int, bool]
 
 
 class MemoryStore:
@@ -156,14 +153,11 @@ class MemoryStore:
             for log, amount in zip(logs, amounts, strict=True):
                 log.add(reservation_id, now, amount)
             longest = max(log.window_us for log in logs)
-            self._records[reservation_id] = _Record(
-                t=now,
-                charges=tuple(
-                    (limit.key, limit.kind, log.window_us, amount)
-                    for limit, log, amount in zip(limits, logs, amounts, strict=True)
-                ),
-                expires_us=now + longest,
+            charges = tuple(
+                (limit.key, limit.kind, log.window_us, amount)
+                for limit, log, amount in zip(limits, logs, amounts, strict=True)
             )
+            self._records[reservation_id] = (now, charges, now + longest, False)
             heapq.heappush(self._expiries, (now + longest, reservation_id))
 
         return make_decision(
@@ -183,11 +177,14 @@ class MemoryStore:
         now = self._now_us()
         self._housekeep(now)
         record = self._records.get(reservation_id)
-        if record is None or record.done or record.expires_us <= now:
+        if record is None:
             return False
-        for key, kind, window_us, estimated in record.charges:
+        t, charges, expires_us, done = record
+        if done or expires_us <= now:
+            return False
+        for key, kind, window_us, estimated in charges:
             amount = actual.amount(kind)
-            if amount == estimated or record.t + window_us <= now:
+            if amount == estimated or t + window_us <= now:
                 continue  # nothing to change, or the charge left: the past stays
             log = self._logs.get(key)
             if log is None:
@@ -196,8 +193,8 @@ class MemoryStore:
                 log = self._logs[key] = _Log(window_us)  # swept while it held nothing
             else:
                 log.prune(now)
-            log.replace(reservation_id, record.t, estimated, amount)
-        record.done = True
+            log.replace(reservation_id, t, estimated, amount)
+        self._records[reservation_id] = (t, charges, expires_us, True)
         return True
 
     async def close(self) -> None:
@@ -226,7 +223,7 @@ class MemoryStore:
         while expiries and expiries[0][0] <= now:
             _, rid = heapq.heappop(expiries)
             record = self._records.get(rid)
-            if record is not None and record.expires_us <= now:
+            if record is not None and record[2] <= now:  # its expiry
                 del self._records[rid]
         self._ops_since_sweep += 1
         if self._ops_since_sweep >= max(64, len(self._logs)):
