@@ -36,17 +36,18 @@ META_TENANT: Final = "tenant"
 META_MODEL: Final = "model"
 META_ESTIMATE_INPUT: Final = "estimate_input_tokens"
 META_ESTIMATE_OUTPUT: Final = "estimate_output_tokens"
-# Set on a request whose usage the access log reports (a JSON answer): the value is
-# USAGE_VIA_LOG; absent, the usage observer reads the response (a stream).
+# Set on a request whose usage the access log reports (a small JSON answer): the value
+# is USAGE_VIA_LOG; the access log sends only such requests.
 META_USAGE_VIA: Final = "usage_via"
 USAGE_VIA_LOG: Final = "log"
-# Set by the admission stage on a request the usage observer need not read: USAGE_BY_LOG
-# (a JSON answer: json_to_metadata reads its usage, the access log brings it) or
-# USAGE_UNREAD (nothing reserved: neither reads anything). Absent, the observer reads the
-# response (a reserved stream). Stripped before routing when a client sends it, and
-# before a provider sees it.
+# Set by the admission stage, where token limits exist, on every request it routes: who
+# reads the usage. USAGE_BY_LOG: a small JSON answer (json_to_metadata reads its usage,
+# the access log brings it); USAGE_BY_OBSERVER: a stream or a large JSON answer (the
+# usage observer reads it in Python); USAGE_UNREAD: nothing reserved, nobody reads.
+# Stripped before routing when a client sends it, and before a provider sees it.
 USAGE_HEADER: Final = "x-sluicegate-usage"
 USAGE_BY_LOG: Final = "log"
+USAGE_BY_OBSERVER: Final = "observer"
 USAGE_UNREAD: Final = "none"
 # Envoy's json_to_metadata filter writes a JSON answer's usage members here; the access
 # log carries them to the ext_proc servers with the request's other metadata.

@@ -576,13 +576,21 @@ def _observer_streams(stack: Stack) -> int:
     return sum(int(value) for value in found)
 
 
+def _usage_bodies_read(stack: Stack) -> int:
+    """Response bodies Envoy's json_to_metadata looked at (any outcome)."""
+    with urllib.request.urlopen(stack.admin + "/stats?filter=json_to_metadata", timeout=5) as r:
+        text = r.read().decode()
+    return sum(int(value) for value in re.findall(r"^\S*\.resp\.\S+: (\d+)$", text, re.M))
+
+
 def test_json_answers_reach_usage_by_the_access_log_and_streams_by_the_observer(
     stack: Stack,
 ) -> None:
-    """A JSON answer opens no observer stream (its usage comes with the access log);
-    a stream does."""
+    """A small JSON answer opens no observer stream (its usage comes with the access log);
+    a stream, or a JSON answer that may be large, does, and Envoy does not parse those."""
     openai = client(stack)
     streams, provider = _observer_streams(stack), _usage_reports(stack, "provider")
+    parsed = _usage_bodies_read(stack)
     for _ in range(3):
         answer = openai.chat.completions.create(model="chat", messages=HELLO, max_tokens=8)
         assert answer.usage is not None
@@ -591,6 +599,20 @@ def test_json_answers_reach_usage_by_the_access_log_and_streams_by_the_observer(
         assert time.monotonic() < deadline, "the usage log never reconciled the answers"
         time.sleep(0.02)
     assert _observer_streams(stack) == streams
+    assert _usage_bodies_read(stack) == parsed + 3
+    # Log probabilities: the answer may be large, so the observer reads it, not Envoy.
+    answer = openai.chat.completions.create(
+        model="chat", messages=HELLO, max_tokens=8, logprobs=True
+    )
+    assert answer.usage is not None
+    provider += 3
+    deadline = time.monotonic() + 5
+    while _usage_reports(stack, "provider") < provider + 1:
+        assert time.monotonic() < deadline, "the observer never reconciled the answer"
+        time.sleep(0.02)
+    assert _observer_streams(stack) == streams + 1
+    assert _usage_bodies_read(stack) == parsed + 3
+    streams, provider = streams + 1, provider + 1
     chunks = list(
         openai.chat.completions.create(
             model="chat", messages=HELLO, max_tokens=8, stream=True,
@@ -599,7 +621,8 @@ def test_json_answers_reach_usage_by_the_access_log_and_streams_by_the_observer(
     )  # fmt: skip
     assert chunks[-1].usage is not None
     deadline = time.monotonic() + 5
-    while _usage_reports(stack, "provider") < provider + 4:
+    while _usage_reports(stack, "provider") < provider + 1:
         assert time.monotonic() < deadline, "the observer never reconciled the stream"
         time.sleep(0.02)
     assert _observer_streams(stack) == streams + 1
+    assert _usage_bodies_read(stack) == parsed + 3

@@ -109,7 +109,7 @@ def error_of(answer: Any) -> tuple[int, dict[str, Any]]:
 
 
 def usage_header(answer: Any) -> bytes | None:
-    """Who a routing answer says reads the usage (None: not set, the observer)."""
+    """Who a routing answer says reads the usage (None: not set)."""
     return set_headers(answer.request_body.response).get(wire.USAGE_HEADER)
 
 
@@ -122,6 +122,6 @@ def routed_model(answer: Any) -> str:
     # Besides the model, at most the admission stage's word on who reads the usage.
     assert next(iter(headers)) == wire.MODEL_HEADER
     assert headers.keys() - {wire.MODEL_HEADER} <= {wire.USAGE_HEADER}
-    assert headers.get(wire.USAGE_HEADER, b"log") in (b"log", b"none")
+    assert headers.get(wire.USAGE_HEADER, b"log") in (b"log", b"observer", b"none")
     assert not common.HasField("body_mutation")
     return headers[wire.MODEL_HEADER].decode()

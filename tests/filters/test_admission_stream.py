@@ -367,14 +367,14 @@ async def test_tenant_without_limits_routes_without_a_reservation(
 
 
 async def test_who_reads_the_usage_follows_the_stream_flag(channel: grpc.aio.Channel) -> None:
-    """A reserved stream is read by the observer (no usage header, no usage_via); a
-    reserved JSON request by the access log (header and usage_via "log")."""
+    """A reserved stream is read by the observer (usage header "observer", no usage_via);
+    a reserved JSON request by the access log (header and usage_via "log")."""
     stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20, stream=True))
     assert routed_model(answer) == "gpt-4o"
     values = metadata_of(answer)
     assert values[wire.META_RESERVATION]
     assert wire.META_USAGE_VIA not in values
-    assert usage_header(answer) is None
+    assert usage_header(answer) == b"observer"
     await stream.close()
 
     stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20))
@@ -404,7 +404,7 @@ async def test_large_json_answers_keep_the_observer(
     values = metadata_of(answer)
     assert values[wire.META_RESERVATION]
     assert wire.META_USAGE_VIA not in values
-    assert usage_header(answer) is None
+    assert usage_header(answer) == b"observer"
     await stream.close()
 
 

@@ -82,9 +82,9 @@ def _usage_answer(value: str) -> bytes:
 
 
 # Appended (merged) to a routed answer where token limits exist: who reads the usage
-# (xds translate usage.py). The access log, for a reserved JSON answer; nobody, with
-# nothing reserved. A reserved stream gets neither: the usage observer reads it.
+# (wire.USAGE_HEADER; xds translate usage.py skips the other reader's filter).
 USAGE_BY_LOG: Final = _usage_answer(wire.USAGE_BY_LOG)
+USAGE_BY_OBSERVER: Final = _usage_answer(wire.USAGE_BY_OBSERVER)
 USAGE_UNREAD: Final = _usage_answer(wire.USAGE_UNREAD)
 
 # Envoy's json_to_metadata parses a whole JSON answer in its worker thread, about 40 ms a
@@ -364,13 +364,16 @@ class AdmissionStream:
     ) -> bytes:
         self._routed = True
         self._controller.metrics.decisions.labels("admitted", priority).inc()
-        by_log = not facts.stream and small_json_answer(self._path, facts, estimate)
-        answer = routed + self._metadata(facts.model, estimate, decision, by_log=by_log)
-        if not self._policy.counts_tokens:
-            return answer  # no usage is read anywhere
+        if not self._policy.counts_tokens:  # no usage is read anywhere
+            return routed + self._metadata(facts.model, estimate, decision, by_log=False)
         if self._reservation is None:
-            return answer + USAGE_UNREAD
-        return answer + USAGE_BY_LOG if by_log else answer
+            reader = USAGE_UNREAD
+        elif not facts.stream and small_json_answer(self._path, facts, estimate):
+            reader = USAGE_BY_LOG
+        else:
+            reader = USAGE_BY_OBSERVER
+        by_log = reader is USAGE_BY_LOG
+        return routed + self._metadata(facts.model, estimate, decision, by_log=by_log) + reader
 
     def _metadata(
         self, model: str, estimate: Usage, decision: Decision | None, *, by_log: bool
@@ -383,7 +386,7 @@ class AdmissionStream:
             values[wire.META_RESERVATION] = self._reservation
             values[wire.META_ESTIMATE_INPUT] = str(estimate.input_tokens)
             values[wire.META_ESTIMATE_OUTPUT] = str(estimate.output_tokens)
-            if by_log and self._policy.counts_tokens:
+            if by_log:
                 values[wire.META_USAGE_VIA] = wire.USAGE_VIA_LOG
         if decision is not None:
             for _, key, value in answers.ratelimit_values(decision.states):

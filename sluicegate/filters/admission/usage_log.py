@@ -9,42 +9,32 @@ usage.py). Each entry is charged by the rule streams follow (charge.py).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from sluicegate import wire
 
-from ..usage import MAX_TOKEN_COUNT, ObservedUsage
+from ..usage import ObservedUsage, usage_counts
 from .charge import charge, reserved_from
 from .controller import AdmissionController
 
-_PROMPT: Final = ("prompt_tokens", "input_tokens")  # Chat Completions first, Responses API
-_COMPLETION: Final = ("completion_tokens", "output_tokens")
 
-
-def _count(fields: Any, names: tuple[str, ...]) -> int | None:
-    """The first member that is a whole number in range (JSON's numbers only; a string,
-    a fraction or a boolean is not usage), as the body parser takes them."""
-    for name in names:
-        if name not in fields:
-            continue
-        value = fields[name]
-        if value.WhichOneof("kind") != "number_value":
-            continue
-        number = value.number_value
-        if number.is_integer() and 0 <= number <= MAX_TOKEN_COUNT:
-            return int(number)
+def _json_value(value: Any) -> object:
+    """A member as the body parser would hold it. Envoy keeps JSON numbers as doubles, so
+    a whole one becomes an int again (12 and 12.0 alike); anything else is not a count."""
+    if value.WhichOneof("kind") == "number_value" and value.number_value.is_integer():
+        return int(value.number_value)
     return None
 
 
 def observed_from(filter_metadata: Any) -> ObservedUsage:
-    """What json_to_metadata found in the answer (nothing: a body without usage)."""
+    """What json_to_metadata found in the answer (nothing: a body without usage), read by
+    the body parser's rules (usage.usage_counts)."""
     if wire.USAGE_METADATA_NAMESPACE not in filter_metadata:
         return ObservedUsage(None, None, content_chunks=0, malformed=0, done=False)
     fields = filter_metadata[wire.USAGE_METADATA_NAMESPACE].fields
-    return ObservedUsage(
-        _count(fields, _PROMPT), _count(fields, _COMPLETION), content_chunks=0, malformed=0,
-        done=True,
-    )  # fmt: skip
+    members = {name: _json_value(value) for name, value in fields.items()}
+    input_tokens, output_tokens = usage_counts(members)
+    return ObservedUsage(input_tokens, output_tokens, content_chunks=0, malformed=0, done=True)
 
 
 class UsageLog:

@@ -1,23 +1,26 @@
 """Usage accounting config: how a response's real token usage reaches the ext_proc servers.
 
 Two ways, chosen per request by the admission stage (it knows whether the client asked
-for a stream):
+for a stream, the endpoint and how long the answer may be: filters/admission/stream.py,
+`small_json_answer`):
 
-- A JSON answer: Envoy's json_to_metadata filter reads the `usage` members of the
+- A small JSON answer: Envoy's json_to_metadata filter reads the `usage` members of the
   response body into dynamic metadata (namespace wire.USAGE_METADATA_NAMESPACE), and a
   gRPC access log sends them, with the reservation the admission stage wrote, to the
   ext_proc servers once the response is done. The access log batches entries on one
-  long-lived stream, so a JSON answer costs no gRPC stream of its own: the usage
-  observer's stream per request was the largest single cost of full admission
-  (benchmarks/RESULTS.md, "The ext_proc floor").
-- A stream: the usage observer (an ext_proc filter in observability mode) reads the SSE
-  events as they pass, for the final usage chunk or, without one, a count of content
-  chunks; neither fits in metadata.
+  long-lived stream, so the answer costs no gRPC stream of its own (ext_proc CPU per
+  admitted request 2,249 -> 1,241 µs: benchmarks/RESULTS.md, "Usage by access log:
+  before and after").
+- A stream or a large JSON answer: the usage observer (an ext_proc filter in
+  observability mode) reads the SSE events or the body as they pass, in Python: for a
+  stream the final usage chunk or, without one, a count of content chunks, neither of
+  which fits in metadata.
 
-The admission stage says which per request in wire.USAGE_HEADER: the observer is
-skipped for "log" and "none", json_to_metadata for "none" (nothing reserved, so nothing
-to read; on a stream it finds no JSON body to read anyway). Both filters are wrapped in
-matchers on that header; routes strip it before a provider sees it.
+The admission stage says which per request in wire.USAGE_HEADER ("log", "observer" or
+"none": nothing reserved, nobody reads), and each filter is wrapped in a matcher that
+skips it unless it is the reader. json_to_metadata must not run on answers the observer
+reads: it would parse them whole in Envoy's worker for nothing (about 40 ms a MB).
+Routes strip the header before a provider sees it.
 """
 
 from __future__ import annotations
@@ -58,7 +61,11 @@ def usage_filters(limits: LimitsIR) -> list[hcm_pb2.HttpFilter]:
     observer = pack(usage_observer_config(limits))
     return [
         _skipped_for(USAGE_FILTER, observer, (wire.USAGE_BY_LOG, wire.USAGE_UNREAD)),
-        _skipped_for(JSON_TO_METADATA_FILTER, _usage_to_metadata(), (wire.USAGE_UNREAD,)),
+        _skipped_for(
+            JSON_TO_METADATA_FILTER,
+            _usage_to_metadata(),
+            (wire.USAGE_BY_OBSERVER, wire.USAGE_UNREAD),
+        ),
     ]
 
 
