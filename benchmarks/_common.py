@@ -13,6 +13,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +25,6 @@ from tests.ports import free_ports as free_ports
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-
 
 
 # ----- ports -------------------------------------------------------------------------------
@@ -150,6 +150,12 @@ def machine() -> str:
         f"{os.cpu_count()} cores ({model}){memory}, Linux {platform.release()}, "
         f"Python {platform.python_version()}"
     )
+
+
+def command_line(module: str, argv: Sequence[str] | None) -> str:
+    """How a run was asked for, for RESULTS: `python -m <module> <its arguments>`."""
+    given = sys.argv[1:] if argv is None else argv
+    return " ".join(["python -m " + module, *given])
 
 
 def today() -> str:

@@ -44,6 +44,7 @@ from typing import Any, Final
 import aiohttp
 
 from benchmarks._common import (
+    command_line,
     cpu_seconds,
     free_ports,
     machine,
@@ -194,10 +195,10 @@ class Mock:
     def __init__(self, work: Path) -> None:
         (self.port,) = free_ports(1)
         argv = [sys.executable, "-m", "sluicegate", "mock-provider", "--port", str(self.port)]
-        self.log = (work / "mock.log").open("wb")
-        self.process = subprocess.Popen(
-            die_with_parent(argv), stdout=self.log, stderr=subprocess.STDOUT
-        )
+        with (work / "mock.log").open("wb") as log:  # the child keeps its own copy
+            self.process = subprocess.Popen(
+                die_with_parent(argv), stdout=log, stderr=subprocess.STDOUT
+            )
         wait_listening(self.port, 20)
 
 
@@ -483,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             for gateway in gateways.values():
                 gateway.stop()
             stop_tree(mock.process, grace_s=5)
-    argv_text = " ".join(["python -m benchmarks.admission_path", *(argv or sys.argv[1:])])
+    argv_text = command_line("benchmarks.admission_path", argv)
     header = (
         f"{today()}; {machine()}; Envoy with 1 worker per gateway; "
         f"whole run {time.monotonic() - started:.0f} s."

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks._common import machine, today, update_section
+from benchmarks._common import command_line, machine, today, update_section
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 QUICKSTART: Final = ROOT / "examples" / "quickstart.yaml"
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {index + 1} {mode}: {statistics.median(run['pauses_ms']):.1f} ms, "
                   f"{run['tracked']:,} objects walked", flush=True)  # fmt: skip
             runs.append(run)
-    command = " ".join(["python -m benchmarks.collector_pauses", *(argv or sys.argv[1:])])
+    command = command_line("benchmarks.collector_pauses", argv)
     text = report(runs, args.reservations, command)
     print(text)
     if args.write:

@@ -25,7 +25,6 @@ import asyncio
 import copy
 import multiprocessing
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from benchmarks._common import machine, median, stop_tree, today, update_section
+from benchmarks._common import command_line, machine, median, stop_tree, today, update_section
 from benchmarks.admission_path import CHAT, HEADERS, INSTANT, MODEL, Mock, _up_doc
 from benchmarks.admission_stack import UpStack, get_json
 from sluicegate import wire
@@ -272,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             stop.set()
             server.join(timeout=10)
             stop_tree(mock.process, grace_s=5)
-    command = " ".join(["python -m benchmarks.ext_proc_breakdown", *(argv or sys.argv[1:])])
+    command = command_line("benchmarks.ext_proc_breakdown", argv)
     head = (
         f"{today()}; {machine()}; Envoy with 1 worker; whole run "
         f"{time.monotonic() - started:.0f} s; load average (1 min) {os.getloadavg()[0]:.1f} "

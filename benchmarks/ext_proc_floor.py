@@ -20,7 +20,8 @@ too; what remains is the gateway. Every gateway is a real Envoy with one worker:
   has come (one round trip instead of two);
 - sluicegate routing: `sluicegate up` with no tenants (routing stage only);
 - sluicegate admission: `sluicegate up` with a key, a tokens and a requests limit
-  (memory store) and so the usage observer: the full admission path.
+  (memory store) and so usage accounting (the access log for these small JSON
+  answers, the usage observer for streams): the full admission path.
 
 Per round, gateways in rotated order: latency at concurrency 1 (wrk, 1 connection:
 p50, p99, p99.9), then requests/s at concurrency 32 and the CPU each process spent
@@ -40,12 +41,12 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from benchmarks._common import (
+    command_line,
     cpu_seconds,
     free_ports,
     machine,
@@ -55,7 +56,7 @@ from benchmarks._common import (
     update_section,
     wait_listening,
 )
-from benchmarks.admission_path import CHAT, KEY, MODEL, _up_doc
+from benchmarks.admission_path import CHAT, KEY, MODEL, Gateway, _up_doc
 from benchmarks.admission_stack import UpStack
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.process import die_with_parent
@@ -283,13 +284,6 @@ def gateway_bootstrap(
 # ----- the gateways ----------------------------------------------------------------------------
 
 
-@dataclass
-class Gateway:
-    url: str
-    pids: Callable[[], dict[str, list[int]]]
-    stop: Callable[[], object]
-
-
 def _envoy_gateway(work: Path, name: str, config: dict[str, Any]) -> EnvoyProcess:
     envoy = EnvoyProcess(config, work_dir=work / name.replace(" ", "-").replace(",", ""),
                          concurrency=1)  # fmt: skip
@@ -508,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
             for gateway in gateways.values():
                 gateway.stop()
             provider.stop_blocking()
-    command = " ".join(["python -m benchmarks.ext_proc_floor", *(argv or sys.argv[1:])])
+    command = command_line("benchmarks.ext_proc_floor", argv)
     header = (
         f"{today()}; {machine()}; Envoy with 1 worker per gateway, wrk with 1 thread; "
         f"whole run {time.monotonic() - started:.0f} s."

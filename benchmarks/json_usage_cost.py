@@ -18,7 +18,6 @@ import argparse
 import http.server
 import json
 import socketserver
-import sys
 import tempfile
 import threading
 import time
@@ -26,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks._common import free_ports, machine, median, today, update_section
+from benchmarks._common import command_line, free_ports, machine, median, today, update_section
 from benchmarks.ext_proc_floor import _bootstrap, _cluster, _typed
 from sluicegate import wire
 from sluicegate.envoy import EnvoyProcess
@@ -127,6 +126,7 @@ def measure(work: Path) -> list[tuple[int, float, float]]:
         for envoy in envoys.values():
             envoy.stop_blocking()
         server.shutdown()
+        server.server_close()
 
 
 def report(rows: list[tuple[int, float, float]], command: str) -> str:
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sluicegate-json-usage-") as tmp:
         rows = measure(Path(tmp))
-    command = " ".join(["python -m benchmarks.json_usage_cost", *(argv or sys.argv[1:])])
+    command = command_line("benchmarks.json_usage_cost", argv)
     text = report(rows, command)
     print(text)
     if args.write:
