@@ -5,8 +5,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any as AnyValue
 
+from envoy.type.matcher.v3 import http_inputs_pb2
 from google.protobuf import any_pb2, duration_pb2, struct_pb2
 from google.protobuf.message import Message
+from xds.core.v3 import extension_pb2 as xds_extension_pb2
+from xds.type.matcher.v3 import matcher_pb2
+
+REQUEST_HEADER_INPUT = "envoy.matching.inputs.request_headers"
+
+
+def request_header_tree(header_name: str) -> matcher_pb2.Matcher.MatcherTree:
+    """An empty matcher tree on one request header's value (callers fill its map)."""
+    return matcher_pb2.Matcher.MatcherTree(
+        input=xds_extension_pb2.TypedExtensionConfig(
+            name=REQUEST_HEADER_INPUT,
+            typed_config=pack(http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=header_name)),
+        ),
+    )
 
 
 def pack(message: Message) -> any_pb2.Any:

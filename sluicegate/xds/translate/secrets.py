@@ -32,13 +32,12 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 from envoy.extensions.http.injected_credentials.generic.v3 import generic_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
-from envoy.type.matcher.v3 import http_inputs_pb2
 from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2
 
 from sluicegate import wire
 
-from ._proto import pack
+from ._proto import pack, request_header_tree
 from .ir import GatewayIR, ProviderIR, RouteIR
 
 # The upstream filter name (stats appear as cluster.<name>.composite.* and
@@ -47,7 +46,6 @@ CREDENTIALS_FILTER = "sluicegate.credentials"
 COMPOSITE_FILTER = "envoy.filters.http.composite"
 CREDENTIAL_INJECTOR_FILTER = "envoy.filters.http.credential_injector"
 GENERIC_CREDENTIAL = "envoy.http.injected_credentials.generic"
-REQUEST_HEADER_INPUT = "envoy.matching.inputs.request_headers"
 
 
 def secret_name(provider: ProviderIR) -> str:
@@ -84,14 +82,7 @@ def credential_filters(route: RouteIR) -> list[hcm_pb2.HttpFilter]:
     )
     if not keyed:
         return []
-    tree = matcher_pb2.Matcher.MatcherTree(
-        input=xds_extension_pb2.TypedExtensionConfig(
-            name=REQUEST_HEADER_INPUT,
-            typed_config=pack(
-                http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=wire.PROVIDER_HEADER)
-            ),
-        ),
-    )
+    tree = request_header_tree(wire.PROVIDER_HEADER)
     for provider in keyed:
         tree.exact_match_map.map[provider.name].CopyFrom(
             matcher_pb2.Matcher.OnMatch(

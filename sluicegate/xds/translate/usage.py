@@ -34,7 +34,7 @@ from envoy.extensions.filters.http.json_to_metadata.v3 import json_to_metadata_p
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-from envoy.type.matcher.v3 import http_inputs_pb2, metadata_pb2, string_pb2, value_pb2
+from envoy.type.matcher.v3 import metadata_pb2, string_pb2, value_pb2
 from google.protobuf import any_pb2
 from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2
@@ -42,14 +42,13 @@ from xds.type.matcher.v3 import matcher_pb2
 from sluicegate import wire
 
 from ._ext_proc import usage_observer_config
-from ._proto import duration_ms, pack
+from ._proto import duration_ms, pack, request_header_tree
 from .ir import LimitsIR
 
 # A second ext_proc instance needs its own filter name (the extension is chosen by type).
 USAGE_FILTER = "sluicegate.usage_observer"
 JSON_TO_METADATA_FILTER = "envoy.filters.http.json_to_metadata"
 GRPC_ACCESS_LOG = "envoy.access_loggers.http_grpc"
-REQUEST_HEADER_INPUT = "envoy.matching.inputs.request_headers"
 SKIP_FILTER_ACTION = "envoy.filters.common.matcher.action.skip_filter"
 # How long Envoy may hold finished requests' entries before sending them: a JSON answer's
 # reservation is reconciled at most this long after its response ended.
@@ -71,14 +70,7 @@ def usage_filters(limits: LimitsIR) -> list[hcm_pb2.HttpFilter]:
 
 def _skipped_for(name: str, config: any_pb2.Any, values: tuple[str, ...]) -> hcm_pb2.HttpFilter:
     """The filter `name`, skipped for a request whose wire.USAGE_HEADER is one of `values`."""
-    tree = matcher_pb2.Matcher.MatcherTree(
-        input=xds_extension_pb2.TypedExtensionConfig(
-            name=REQUEST_HEADER_INPUT,
-            typed_config=pack(
-                http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=wire.USAGE_HEADER)
-            ),
-        ),
-    )
+    tree = request_header_tree(wire.USAGE_HEADER)
     for value in values:
         tree.exact_match_map.map[value].CopyFrom(
             matcher_pb2.Matcher.OnMatch(
