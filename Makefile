@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/sluicegate up examples/quickstart.yaml
 
+# mypy checks what pyproject's [tool.mypy] names: sluicegate and benchmarks.
 lint: $(STAMP)
 	$(BIN)/ruff check sluicegate tests benchmarks
 	$(BIN)/mypy

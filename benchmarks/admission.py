@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import alive, children_of, machine, percentile, today, update_section
 from benchmarks.admission_e2e import (
     OBS_ITL_MS,
     OBS_LABELS,
@@ -84,7 +83,11 @@ from benchmarks.admission_grpc import (
     run_cost,
     run_observer_micro,
 )
-from tests.redis_server import RedisServer
+from benchmarks.harness.cli import benchmark_parser, command_line
+from benchmarks.harness.results import machine, today, update_section
+from benchmarks.harness.stats import percentile
+from sluicegate.testing import RedisServer
+from sluicegate.testing.procfs import children_of, running_children
 
 SECTION = "Admission"
 PARTS = ("cost", "observer", "window", "priority")
@@ -562,13 +565,13 @@ def reading(results: Results) -> list[str]:
     if micro is not None:
         parse = percentile([r.us_per_body_message for r in micro.rows("parsing")], 50)
         transport = percentile([r.us_per_body_message for r in micro.rows("transport")], 50)
-        spread = _range([r.us_per_body_message for r in micro.rows("parsing")])
+        parse_range = _range([r.us_per_body_message for r in micro.rows("parsing")])
         own = micro.breakdown.get(
             "UsageStream.on_message (parser, metadata read once, reconcile spawned)", 0.0
         )
         out.append(
             f"- **Usage observer: {parse:.0f} µs of ext_proc CPU per streamed chunk** "
-            f"(median of rounds, range {spread}), against {transport:.0f} µs for the same "
+            f"(median of rounds, range {parse_range}), against {transport:.0f} µs for the same "
             "messages without a reservation "
             "(the observer then skips the body: what remains is grpc.aio receiving a "
             "message). Most of the cost is therefore gRPC, not the observer: in-process, "
@@ -882,23 +885,14 @@ def report(command: str, results: Results, envoy: str) -> str:
     return "\n".join(lines)
 
 
-def _tracker(pid: int) -> bool:
-    """multiprocessing's resource tracker (spawn context) lives until this process exits."""
-    try:
-        return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser = benchmark_parser(__doc__, write_help="update RESULTS.md (all parts)")
     parser.add_argument(
         "--part",
         action="append",
         choices=PARTS,
         help="run only this part (repeatable); default: all",
     )
-    parser.add_argument("--write", action="store_true", help="update RESULTS.md (all parts)")
     parser.add_argument("--rounds", type=int, default=3, help="part 1 rounds")
     parser.add_argument("--requests", type=int, default=1500, help="part 1 requests/round")
     parser.add_argument("--streams", type=int, default=64, help="part 1 concurrent streams")
@@ -915,8 +909,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = tuple(args.part or PARTS)
     if args.write and set(parts) != set(PARTS):
         parser.error("--write records the whole section: run every part")
-    given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python -m benchmarks.admission", *given])
+    command = command_line("benchmarks.admission", argv)
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="admission-bench-"))
@@ -931,7 +924,7 @@ def main(argv: list[str] | None = None) -> int:
     results.loads = (load_before, os.getloadavg()[0])
     text = report(command, results, _envoy_version())
     print("\n" + text)
-    leftover = [pid for pid in children_of(os.getpid()) if alive(pid) and not _tracker(pid)]
+    leftover = running_children()
     print(f"\ntotal {results.elapsed_s:.0f} s; children still running: {leftover or 'none'}")
     if args.write:
         update_section(SECTION, text)

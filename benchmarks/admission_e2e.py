@@ -1,5 +1,5 @@
 """Parts 2b, 3 and 4 of benchmarks/admission.py: a real Envoy in front of mock providers,
-through `sluicegate up` (see admission_stack.py)."""
+through `sluicegate up` (benchmarks.harness.stack)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,15 @@ import asyncio
 import itertools
 import json
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import aiohttp
 
-from benchmarks._common import free_ports, percentile
 from benchmarks.admission_stack import (
-    UpStack,
-    addresses,
     counter_delta,
     error_code,
     get_json,
@@ -25,10 +23,12 @@ from benchmarks.admission_stack import (
     histogram_quantile,
     metrics,
     sleep_or_stop,
-    start_stacks,
 )
+from benchmarks.harness.stack import UpStack, addresses, start_stacks
+from benchmarks.harness.stats import percentile
 from sluicegate.config import hash_key
 from sluicegate.filters.request_facts import inspect_request
+from sluicegate.testing import free_ports
 
 REQUEST_TIMEOUT_S: Final = 30.0
 
@@ -177,7 +177,7 @@ def _observer_level(
     for variant in OBS_VARIANTS:
         result.samples[variant] = []
         result.failures[variant] = Counter()
-        result.cpu_s[variant] = Counter()
+        result.cpu_s[variant] = defaultdict(float)
     before = {v: metrics(stacks[f"observer-{v}"].http + "/metrics") for v in OBS_VARIANTS}
     for index in range(rounds):
         order = OBS_VARIANTS if index % 2 == 0 else OBS_VARIANTS[::-1]
@@ -199,12 +199,13 @@ def _observer_level(
                 f"streams, TTFT p50 {percentile([s.ttft_s for s in samples], 50) * 1e3:.1f} ms",
                 flush=True,
             )
-        for name, pick in (
+        picks: list[tuple[str, Callable[[list[StreamSample]], float]]] = [
             ("ttft_p50", lambda s: percentile([x.ttft_s for x in s], 50)),
             ("gap_p50", lambda s: percentile([g for x in s for g in x.gaps_s], 50)),
             ("gap_p99", lambda s: percentile([g for x in s for g in x.gaps_s], 99)),
             ("total_p50", lambda s: percentile([x.total_s for x in s], 50)),
-        ):
+        ]
+        for name, pick in picks:
             result.round_ratios.setdefault(name, []).append(
                 pick(per_round["on"]) / pick(per_round["off"])
             )
@@ -362,7 +363,9 @@ async def _poll_store_log(
         while True:
             keys = [key async for key in client.scan_iter(match="sg:*:l:tenant:burst:tokens:*")]
             for key in keys:
-                for member, score in await client.zrange(key, 0, -1, withscores=True):
+                # With scores: (member, score) pairs (redis-py's stubs cannot tell).
+                entries = await client.zrange(key, 0, -1, withscores=True)
+                for member, score in cast(list[tuple[bytes, float]], entries):
                     amount, _, rid = member.decode().partition(":")
                     log[rid] = (score / 1e6, int(amount))
             if stop.is_set():

@@ -2,7 +2,7 @@
 
 Each configuration's ExtProcServer runs in its own process (uvloop, as in production),
 built from a YAML document exactly as `sluicegate ext-proc` builds it (load_config_text,
-admission_policy, build_ir + routing_table_entries). This process plays Envoy: many
+build_model, ExtProcServer.load). This process plays Envoy: many
 concurrent Process streams, each the headers message, then the body message, reading
 each answer, then half-closing and waiting for the server to end the stream (when the
 routing stage frees its gate slot). Requests are serialized once and answers are read as
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import os
 import time
 from collections.abc import Sequence
@@ -28,12 +27,17 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf import struct_pb2
 
-from benchmarks._common import cpu_seconds, median
+from benchmarks.harness.ext_proc_child import ExtProcChild, stop_all
+from benchmarks.harness.stats import median
 from sluicegate import wire
 from sluicegate.config import hash_key
+from sluicegate.filters import ExtProcServer
 from sluicegate.provider.sse import DONE, ChunkEncoder
-from tests.filters.helpers import body_message, headers_message
+from sluicegate.testing import body_message, headers_message
+from sluicegate.testing.procfs import cpu_seconds, sys_seconds
 
+# Called as raw bytes in and out: no (de)serializers, no request iterator (the None
+# arguments are grpc.aio's defaults, spelled out for its type stubs).
 PROCESS_METHOD: Final = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 CLIENT_KEY: Final = "sk-sluicegate-bench-0123456789abcdef"
 TENANT: Final = "bench"
@@ -85,7 +89,11 @@ VARIANT_LABELS: Final = {
     "gate": "(d) as (b) + a route concurrency gate that never blocks",
 }
 # Limits that never refuse during the run (so every request takes the full admitted path).
-NEVER_REFUSE: Final = {"requests": 1_000_000_000, "tokens": 1_000_000_000_000, "per": "1m"}
+NEVER_REFUSE: Final[dict[str, Any]] = {
+    "requests": 1_000_000_000,
+    "tokens": 1_000_000_000_000,
+    "per": "1m",
+}
 GATE_NEVER_BLOCKS: Final = {"max_requests": 100_000}
 
 
@@ -129,41 +137,33 @@ def cost_document(
 # ----- the server process --------------------------------------------------------------------
 
 
-def serve(text: str, ready: Any, stop: Any, log_path: str) -> None:
-    """Child process: one ExtProcServer built from the YAML text, on uvloop; warnings (the
+def build_server(text: str, log_path: str) -> ExtProcServer:
+    """In the server's process: one ExtProcServer built from the YAML text; warnings (the
     limiter store going down) go to log_path."""
     import logging
 
-    import uvloop
+    from sluicegate.config import load_config_text
+    from sluicegate.model import build_model
 
     logging.basicConfig(filename=log_path, level=logging.WARNING, format="%(message)s")
-
-    from sluicegate.config import load_config_text
-    from sluicegate.filters import ExtProcServer, RoutingTable, admission_policy
-    from sluicegate.xds.translate import build_ir, routing_table_entries
-
-    async def main() -> None:
-        config = load_config_text(text, "admission-bench.yaml")
-        server = ExtProcServer()
-        server.update_admission(admission_policy(config))
-        server.update_table(RoutingTable.from_entries(routing_table_entries(build_ir(config, {}))))
-        address = await server.start("127.0.0.1:0")
-        ready.put((address, os.getpid()))
-        while not stop.is_set():
-            await asyncio.sleep(0.05)
-        await server.stop(0)
-
-    uvloop.run(main())
+    server = ExtProcServer()
+    server.load(build_model(load_config_text(text, "admission-bench.yaml"), {}))
+    return server
 
 
 @dataclass
 class ServerProcess:
     name: str
-    process: Any
-    stop: Any
-    address: str
-    pid: int
+    child: ExtProcChild
     log_path: Path
+
+    @property
+    def address(self) -> str:
+        return self.child.address
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
 
     def log_lines(self) -> list[str]:
         try:
@@ -173,39 +173,24 @@ class ServerProcess:
 
 
 def start_servers(docs: dict[str, dict[str, Any]], work: Path) -> dict[str, ServerProcess]:
-    context = multiprocessing.get_context("spawn")
+    """Every server started at once (they boot in parallel), then each waited for."""
     started: dict[str, ServerProcess] = {}
-    pending = []
     for name, doc in docs.items():
-        ready, stop = context.Queue(), context.Event()
-        text = yaml.safe_dump(doc, sort_keys=False)
         log_path = work / f"ext-proc-{name}.log"
-        process = context.Process(
-            target=serve, args=(text, ready, stop, str(log_path)), daemon=True
-        )
-        process.start()
-        pending.append((name, process, stop, ready, log_path))
+        text = yaml.safe_dump(doc, sort_keys=False)
+        child = ExtProcChild(build_server, text, str(log_path))
+        started[name] = ServerProcess(name, child, log_path)
     try:
-        for name, process, stop, ready, log_path in pending:
-            address, pid = ready.get(timeout=60)
-            started[name] = ServerProcess(name, process, stop, address, pid, log_path)
+        for server in started.values():
+            server.child.wait_ready(60)
     except BaseException:
-        stop_servers([ServerProcess(n, p, s, "", 0, lp) for n, p, s, _, lp in pending])
+        stop_servers(list(started.values()))
         raise
     return started
 
 
 def stop_servers(servers: Sequence[ServerProcess]) -> list[int]:
-    for server in servers:
-        server.stop.set()
-    killed = []
-    for server in servers:
-        server.process.join(timeout=10)
-        if server.process.is_alive():
-            server.process.kill()
-            server.process.join(timeout=5)
-            killed.append(server.process.pid)
-    return killed
+    return stop_all([server.child for server in servers])
 
 
 # ----- part 1: the routing stage -------------------------------------------------------------
@@ -231,7 +216,7 @@ class Drive:
 async def drive_routing(
     channel: grpc.aio.Channel, messages: tuple[bytes, bytes], requests: int, streams: int
 ) -> Drive:
-    process = channel.stream_stream(PROCESS_METHOD)  # bytes in, bytes out
+    process = channel.stream_stream(PROCESS_METHOD, None, None)  # bytes in, bytes out
     metadata = ((wire.STAGE_METADATA_KEY, wire.STAGE_ROUTING),)
     headers, body = messages
     remaining = requests
@@ -241,7 +226,7 @@ async def drive_routing(
         nonlocal remaining, not_routed
         while remaining > 0:
             remaining -= 1
-            call = process(metadata=metadata)
+            call = process(None, metadata=metadata)
             await call.write(headers)
             first = await call.read()
             await call.write(body)
@@ -347,15 +332,6 @@ def _redis_cpu(pid: int | None) -> float:
     return cpu_seconds(pid) if pid is not None else 0.0
 
 
-_TICKS: Final = os.sysconf("SC_CLK_TCK")
-
-
-def sys_seconds(pid: int) -> float:
-    """System (kernel) CPU seconds of a process."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[12]) / _TICKS
-
-
 async def _cost_rounds(
     servers: dict[str, ServerProcess],
     redis_pid: int | None,
@@ -412,7 +388,7 @@ async def _cost_rounds(
             print(f"  stress: {drive.not_routed} of {drive.requests} not routed", flush=True)
     finally:
         for channel in channels.values():
-            await channel.close()
+            await channel.close(None)
 
 
 # The stress probe: more concurrent requests in one replica than redis-py's asyncio pool
@@ -484,7 +460,7 @@ async def breakdown(redis_url: str, count: int = 1_000) -> dict[str, float]:
     from sluicegate.filters.limiter import Limit, MemoryStore, RedisStore, Usage
     from sluicegate.filters.request_facts import inspect_request
     from sluicegate.filters.responses import namespace_struct
-    from sluicegate.xds.translate import build_ir, routing_table_entries
+    from sluicegate.model import build_model
 
     headers_msg = ep.ProcessingRequest.FromString(routing_messages()[0])
     body_msg = ep.ProcessingRequest.FromString(routing_messages()[1])
@@ -498,8 +474,9 @@ async def breakdown(redis_url: str, count: int = 1_000) -> dict[str, float]:
         config = load_config_text(
             yaml.safe_dump(cost_document(variant, redis_url)), "admission-bench.yaml"
         )
-        controller = AdmissionController(admission_policy(config))
-        table = RoutingTable.from_entries(routing_table_entries(build_ir(config, {})))
+        model = build_model(config, {})
+        controller = AdmissionController(admission_policy(model))
+        table = RoutingTable.from_model(model)
         counters = Counters()
 
         async def one() -> None:
@@ -537,7 +514,7 @@ async def breakdown(redis_url: str, count: int = 1_000) -> dict[str, float]:
         [_per_call_sync_us(read_headers, count) for _ in range(3)]
     )
     config = load_config_text(yaml.safe_dump(cost_document("memory", None)), "x.yaml")
-    policy = admission_policy(config)
+    policy = admission_policy(build_model(config, {}))
     assert policy.keyring is not None
     keyring = policy.keyring
     figures["keyring.identify (known key: one SHA-256)"] = best(
@@ -586,13 +563,15 @@ async def breakdown(redis_url: str, count: int = 1_000) -> dict[str, float]:
         ]
     )
     metrics = AdmissionMetrics()
+
+    def count_admitted() -> None:
+        metrics.decisions.labels("admitted", "standard").inc()
+        metrics.tokens_reserved.labels(TENANT, MODEL).inc(556)
+
     figures["metrics: 2 labels().inc() (decision, tokens reserved)"] = best(
         [
             _per_call_sync_us(
-                lambda: (
-                    metrics.decisions.labels("admitted", "standard").inc(),
-                    metrics.tokens_reserved.labels(TENANT, MODEL).inc(556),
-                ),
+                count_admitted,
                 count,
             )
             for _ in range(3)
@@ -691,7 +670,8 @@ def _metadata_bytes(reservation: str | None) -> bytes:
     request = ep.ProcessingRequest(
         metadata_context=base_pb2.Metadata(filter_metadata={wire.METADATA_NAMESPACE: struct})
     )
-    return request.SerializeToString()
+    data: bytes = request.SerializeToString()
+    return data
 
 
 def usage_stream_messages(chunks: Sequence[bytes]) -> tuple[bytes, list[bytes]]:
@@ -717,7 +697,7 @@ async def drive_usage(
     concurrency: int,
     tag: str,
 ) -> float:
-    process = channel.stream_stream(PROCESS_METHOD)
+    process = channel.stream_stream(PROCESS_METHOD, None, None)
     metadata = ((wire.STAGE_METADATA_KEY, wire.STAGE_USAGE),)
     headers, bodies = usage_stream_messages(chunks)
     counter = 0
@@ -727,7 +707,7 @@ async def drive_usage(
         while counter < streams_total:
             counter += 1
             meta = _metadata_bytes(f"{tag}-{counter}" if with_reservation else None)
-            call = process(metadata=metadata)
+            call = process(None, metadata=metadata)
             await call.write(headers + meta)
             for body in bodies:
                 await call.write(body + meta)
@@ -813,7 +793,7 @@ async def _observer_rounds(
             result.rounds.append(measured)
         await _routing_beside_observer(channel, chunks, result)
     finally:
-        await channel.close()
+        await channel.close(None)
 
 
 # Routing latency beside the observer: the e2e part's load (16 streams, a chunk every
@@ -824,14 +804,14 @@ BESIDE_SLICE_S: Final = 2.5
 
 
 async def _routing_latencies(channel: grpc.aio.Channel, seconds: float) -> list[float]:
-    process = channel.stream_stream(PROCESS_METHOD)
+    process = channel.stream_stream(PROCESS_METHOD, None, None)
     metadata = ((wire.STAGE_METADATA_KEY, wire.STAGE_ROUTING),)
     headers, body = routing_messages()
     latencies = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         started = time.perf_counter()
-        call = process(metadata=metadata)
+        call = process(None, metadata=metadata)
         await call.write(headers)
         await call.read()
         await call.write(body)
@@ -846,7 +826,7 @@ async def _routing_latencies(channel: grpc.aio.Channel, seconds: float) -> list[
 async def _paced_usage(
     channel: grpc.aio.Channel, chunks: Sequence[bytes], stop: asyncio.Event
 ) -> int:
-    process = channel.stream_stream(PROCESS_METHOD)
+    process = channel.stream_stream(PROCESS_METHOD, None, None)
     metadata = ((wire.STAGE_METADATA_KEY, wire.STAGE_USAGE),)
     headers, bodies = usage_stream_messages(chunks)
     sent = 0
@@ -857,7 +837,7 @@ async def _paced_usage(
         while not stop.is_set():
             counter += 1
             meta = _metadata_bytes(f"beside-{counter}")
-            call = process(metadata=metadata)
+            call = process(None, metadata=metadata)
             await call.write(headers + meta)
             for body in bodies:
                 await asyncio.sleep(BESIDE_ITL_S)

@@ -26,13 +26,9 @@ compare are the ratios within a round.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -43,22 +39,15 @@ from typing import Any, Final
 
 import aiohttp
 
-from benchmarks._common import (
-    command_line,
-    cpu_seconds,
-    free_ports,
-    machine,
-    median,
-    percentile,
-    stop_tree,
-    today,
-    update_section,
-    wait_listening,
-)
-from benchmarks.admission_stack import UpStack, addresses
+from benchmarks.harness.bootstraps import plain_gateway
+from benchmarks.harness.cli import benchmark_parser, command_line, record
+from benchmarks.harness.results import machine, today
+from benchmarks.harness.stack import MockProvider, UpStack, addresses, probe_headers
+from benchmarks.harness.stats import median, percentile
 from sluicegate.config import hash_key
 from sluicegate.envoy import EnvoyProcess
-from sluicegate.process import die_with_parent
+from sluicegate.testing import free_ports
+from sluicegate.testing.procfs import cpu_by_role
 
 KEY: Final = "sk-bench-path-0123456789abcdef"
 MODEL: Final = "chat"
@@ -95,74 +84,12 @@ PACED: Final = {
 # ----- the gateways ----------------------------------------------------------------------------
 
 
-def _plain_envoy(provider_port: int) -> dict[str, Any]:
-    """Envoy alone: one listener, a route for /v1/ to the provider, the router."""
-    socket = {"socket_address": {"address": "127.0.0.1", "port_value": 0}}
-    hcm = {
-        "@type": "type.googleapis.com/envoy.extensions.filters.network."
-        "http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": "plain",
-        "route_config": {
-            "virtual_hosts": [
-                {
-                    "name": "all",
-                    "domains": ["*"],
-                    "routes": [
-                        {"match": {"prefix": "/v1/"}, "route": {"cluster": "p", "timeout": "60s"}}
-                    ],
-                }
-            ]
-        },
-        "http_filters": [
-            {
-                "name": "envoy.filters.http.router",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-                },
-            }
-        ],
-    }
-    provider = {"socket_address": {"address": "127.0.0.1", "port_value": provider_port}}
-    return {
-        "admin": {"address": socket},
-        "static_resources": {
-            "listeners": [
-                {
-                    "name": "gateway",
-                    "address": socket,
-                    "filter_chains": [
-                        {
-                            "filters": [
-                                {
-                                    "name": "envoy.filters.network.http_connection_manager",
-                                    "typed_config": hcm,
-                                }
-                            ]
-                        }
-                    ],
-                }
-            ],
-            "clusters": [
-                {
-                    "name": "p",
-                    "type": "STATIC",
-                    "connect_timeout": "2s",
-                    "load_assignment": {
-                        "cluster_name": "p",
-                        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": provider}}]}],
-                    },
-                }
-            ],
-        },
-    }
-
-
 def _up_doc(variant: str, provider_port: int) -> dict[str, Any]:
     (listen,) = free_ports(1)
     sluicegate = addresses()
     if variant == "admission x2":
         (replica,) = free_ports(1)
-        sluicegate["ext_proc_replicas"] = [f"127.0.0.1:{replica}"]  # type: ignore[assignment]
+        sluicegate["ext_proc_replicas"] = [f"127.0.0.1:{replica}"]
     doc: dict[str, Any] = {
         "version": 1,
         "sluicegate": sluicegate,
@@ -189,22 +116,17 @@ class Gateway:
     stop: Callable[[], object]
 
 
-class Mock:
+def start_mock(work: Path) -> MockProvider:
     """`sluicegate mock-provider` in its own process, shared by every gateway."""
-
-    def __init__(self, work: Path) -> None:
-        (self.port,) = free_ports(1)
-        argv = [sys.executable, "-m", "sluicegate", "mock-provider", "--port", str(self.port)]
-        with (work / "mock.log").open("wb") as log:  # the child keeps its own copy
-            self.process = subprocess.Popen(
-                die_with_parent(argv), stdout=log, stderr=subprocess.STDOUT
-            )
-        wait_listening(self.port, 20)
+    (port,) = free_ports(1)
+    mock = MockProvider("shared", port, work)
+    mock.wait_ready()
+    return mock
 
 
-def start_gateways(work: Path, mock: Mock, gateways: dict[str, Gateway]) -> None:
+def start_gateways(work: Path, mock: MockProvider, gateways: dict[str, Gateway]) -> None:
     """Into `gateways` as each starts, so the caller stops those that did."""
-    envoy = EnvoyProcess(_plain_envoy(mock.port), work_dir=work / "plain", concurrency=1)
+    envoy = EnvoyProcess(plain_gateway(mock.port), work_dir=work / "plain", concurrency=1)
     envoy.start_blocking()
     host, port = envoy.listeners()["gateway"]
     pid = envoy.pid
@@ -214,11 +136,11 @@ def start_gateways(work: Path, mock: Mock, gateways: dict[str, Gateway]) -> None
     )
     stacks = []
     for variant in VARIANTS[1:]:  # started together, they boot in parallel
-        stack = UpStack(work, variant.replace(" ", "-"), _up_doc(variant, mock.port))
+        stack = UpStack(work / variant.replace(" ", "-"), _up_doc(variant, mock.port))
         gateways[variant] = Gateway(stack.url, stack.pids, stack.stop)
         stacks.append(stack)
     for stack in stacks:
-        stack.wait_serving(MODEL, KEY)
+        stack.wait_serving(MODEL, probe_headers(KEY))
 
 
 # ----- the clients -----------------------------------------------------------------------------
@@ -308,12 +230,7 @@ class Results:
 
 
 def _cpu(gateway: Gateway) -> dict[str, float]:
-    totals: dict[str, float] = defaultdict(float)
-    for role, pids in gateway.pids().items():
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                totals[role] += cpu_seconds(pid)
-    return totals
+    return cpu_by_role(gateway.pids())
 
 
 def measure(
@@ -465,8 +382,7 @@ def report(results: Results, command: str, header: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sequential", type=int, default=400, help="part 1 requests/round")
     parser.add_argument("--seconds", type=float, default=5.0, help="part 2 seconds/round")
@@ -475,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sluicegate-path-") as tmp:
         work = Path(tmp)
-        mock = Mock(work)
+        mock = start_mock(work)
         gateways: dict[str, Gateway] = {}
         try:
             start_gateways(work, mock, gateways)
@@ -483,16 +399,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for gateway in gateways.values():
                 gateway.stop()
-            stop_tree(mock.process, grace_s=5)
+            mock.stop(grace_s=5)
     argv_text = command_line("benchmarks.admission_path", argv)
     header = (
         f"{today()}; {machine()}; Envoy with 1 worker per gateway; "
         f"whole run {time.monotonic() - started:.0f} s."
     )
-    text = report(results, argv_text, header)
-    print(text)
-    if args.write:
-        update_section("Admission path vs plain Envoy", text)
+    record("Admission path vs plain Envoy", report(results, argv_text, header), args.write)
     return 0
 
 

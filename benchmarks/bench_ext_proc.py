@@ -11,21 +11,27 @@ requests/s and messages/s at saturation, and the server's CPU time per message
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import multiprocessing
-import os
 import time
 from typing import Any
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
+from benchmarks.harness.cli import benchmark_parser
+from benchmarks.harness.ext_proc_child import ExtProcChild
 from sluicegate import wire
 from sluicegate.filters import ExtProcServer, RouteInfo, RoutingTable
 from sluicegate.filters.attempt import ROUTE_METADATA_ATTRIBUTE
-from tests.filters.helpers import HOST_METADATA_A, ROUTE_METADATA_V1, body_message, headers_message
+from sluicegate.testing import (
+    GRPC_EOF,
+    HOST_METADATA_A,
+    ROUTE_METADATA_V1,
+    body_message,
+    headers_message,
+)
+from sluicegate.testing.procfs import cpu_seconds
 
 CHAT_BODY = json.dumps(
     {
@@ -41,24 +47,9 @@ CHAT_BODY = json.dumps(
 ).encode()
 
 
-def _serve(ready: Any, stop: Any) -> None:
-    import uvloop
-
-    async def main() -> None:
-        server = ExtProcServer(RoutingTable({"m1": RouteInfo("r1"), "m2": RouteInfo("r2")}))
-        address = await server.start("127.0.0.1:0")
-        ready.put((address, os.getpid()))
-        while not stop.is_set():
-            await asyncio.sleep(0.05)
-        await server.stop(0)
-
-    uvloop.run(main())
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def build_server() -> ExtProcServer:
+    """The server under test (runs in the child process): routes m1 and m2."""
+    return ExtProcServer(RoutingTable({"m1": RouteInfo("r1"), "m2": RouteInfo("r2")}))
 
 
 async def drive(
@@ -77,7 +68,7 @@ async def drive(
                 for message in messages:
                     await call.write(message)
                     answer = await call.read()
-                    assert answer is not grpc.aio.EOF
+                    assert answer is not GRPC_EOF
                 await call.done_writing()
 
         started = time.perf_counter()
@@ -85,11 +76,11 @@ async def drive(
         return time.perf_counter() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    parser = benchmark_parser(__doc__, write_help=None)
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--streams", type=int, default=64)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     attempt_attributes = {
         wire.UPSTREAM_HOST_METADATA_ATTRIBUTE: HOST_METADATA_A,
@@ -113,30 +104,23 @@ def main() -> None:
         ),
         "routing (body only, 1 message)": (wire.STAGE_ROUTING, [body_message(CHAT_BODY)]),
     }
-    context = multiprocessing.get_context("spawn")
-    ready, stop = context.Queue(), context.Event()
-    process = context.Process(target=_serve, args=(ready, stop), daemon=True)
-    process.start()
-    try:
-        address, pid = ready.get(timeout=20)
+    with ExtProcChild(build_server) as server:
         print(f"body {len(CHAT_BODY)} bytes, {args.streams} concurrent streams, uvloop server")
         for name, (stage, messages) in scenarios.items():
-            asyncio.run(drive(address, stage, messages, 500, args.streams))  # warm up
-            cpu_before = cpu_seconds(pid)
-            elapsed = asyncio.run(drive(address, stage, messages, args.requests, args.streams))
-            cpu = cpu_seconds(pid) - cpu_before
+            asyncio.run(drive(server.address, stage, messages, 500, args.streams))  # warm up
+            cpu_before = cpu_seconds(server.pid)
+            elapsed = asyncio.run(
+                drive(server.address, stage, messages, args.requests, args.streams)
+            )
+            cpu = cpu_seconds(server.pid) - cpu_before
             total = args.requests * len(messages)
             print(
                 f"{name:46s} {args.requests / elapsed:8.0f} req/s {total / elapsed:8.0f} msg/s"
                 f"  server CPU {cpu / total * 1e6:6.1f} us/msg {cpu / args.requests * 1e6:6.1f}"
                 " us/req"
             )
-    finally:
-        stop.set()
-        process.join(timeout=10)
-        if process.is_alive():
-            process.kill()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

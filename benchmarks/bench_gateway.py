@@ -11,17 +11,18 @@ next to a baseline without the filter. The load generator shares the machine.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import multiprocessing
 import time
 from typing import Any
 
 import aiohttp
 
-from benchmarks.bench_ext_proc import CHAT_BODY, _serve, cpu_seconds
+from benchmarks.bench_ext_proc import CHAT_BODY, build_server
+from benchmarks.harness.cli import benchmark_parser
+from benchmarks.harness.ext_proc_child import ExtProcChild
 from sluicegate.envoy import EnvoyProcess
-from tests.envoy.static_gateway import static_gateway
+from sluicegate.testing import static_gateway
+from sluicegate.testing.procfs import cpu_seconds
 
 
 async def load(url: str, requests: int, concurrency: int) -> float:
@@ -51,40 +52,30 @@ def without_filter(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    parser = benchmark_parser(__doc__, write_help=None)
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=32)
-    args = parser.parse_args()
-    context = multiprocessing.get_context("spawn")
-    ready, stop = context.Queue(), context.Event()
-    server = context.Process(target=_serve, args=(ready, stop), daemon=True)
-    server.start()
-    try:
-        address, pid = ready.get(timeout=20)
-        port = int(address.rsplit(":", 1)[1])
+    args = parser.parse_args(argv)
+    with ExtProcChild(build_server) as server:
         print(f"body {len(CHAT_BODY)} bytes, concurrency {args.concurrency}, Envoy 1 worker")
         for name, config in (
-            ("no ext_proc (baseline)", without_filter(static_gateway(port, [], ["m1"]))),
-            ("routing stage (headers + body)", static_gateway(port, [], ["m1"])),
+            ("no ext_proc (baseline)", without_filter(static_gateway(server.port, [], ["m1"]))),
+            ("routing stage (headers + body)", static_gateway(server.port, [], ["m1"])),
         ):
             with EnvoyProcess(config, concurrency=1) as envoy:
                 host, listen = envoy.listeners()["gateway"]
                 url = f"http://{host}:{listen}/v1/chat/completions"
                 asyncio.run(load(url, 500, args.concurrency))
-                before = cpu_seconds(pid)
+                before = cpu_seconds(server.pid)
                 elapsed = asyncio.run(load(url, args.requests, args.concurrency))
-                cpu = cpu_seconds(pid) - before
+                cpu = cpu_seconds(server.pid) - before
                 print(
                     f"{name:34s} {args.requests / elapsed:7.0f} req/s"
                     f"  ext_proc CPU {cpu / args.requests * 1e6:6.1f} us/req"
                 )
-    finally:
-        stop.set()
-        server.join(timeout=10)
-        if server.is_alive():
-            server.kill()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks._common import command_line, machine, today, update_section
+from benchmarks.harness.cli import benchmark_parser, command_line, record
+from benchmarks.harness.results import machine, today
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 QUICKSTART: Final = ROOT / "examples" / "quickstart.yaml"
@@ -113,8 +114,7 @@ def report(runs: list[dict[str, Any]], reservations: int, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--reservations", type=int, default=15_000)
     parser.add_argument("--runs", type=int, default=5, help="processes per collector mode")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
@@ -132,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{run['tracked']:,} objects walked", flush=True)  # fmt: skip
             runs.append(run)
     command = command_line("benchmarks.collector_pauses", argv)
-    text = report(runs, args.reservations, command)
-    print(text)
-    if args.write:
-        update_section("Collector pauses", text)
+    record("Collector pauses", report(runs, args.reservations, command), args.write)
     return 0
 
 

@@ -35,10 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import multiprocessing
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,34 +57,31 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 
-from benchmarks._common import (
-    cpu_seconds,
-    free_ports,
-    machine,
-    median,
-    percentile,
-    today,
-    update_section,
-    wait_listening,
-)
+from benchmarks.harness.cli import benchmark_parser
+from benchmarks.harness.ext_proc_child import ExtProcChild
+from benchmarks.harness.results import machine, today, update_section
+from benchmarks.harness.stack import MockProvider
+from benchmarks.harness.stats import median, percentile
 from sluicegate import wire
 from sluicegate.config import load_config, resolve_api_keys
 from sluicegate.envoy import EnvoyProcess
+from sluicegate.filters import ExtProcServer
+from sluicegate.model import Gateway, build_model
+from sluicegate.testing import free_ports, static_bootstrap
+from sluicegate.testing.procfs import cpu_seconds
+from sluicegate.xds.resource import HTTP_PROTOCOL_OPTIONS
 from sluicegate.xds.translate import (
     CLUSTER,
     CREDENTIALS_FILTER,
     ENDPOINT,
     LISTENER,
     SECRET,
-    GatewayIR,
-    build_ir,
-    routing_table_entries,
     translate,
 )
 from sluicegate.xds.translate._ext_proc import EXT_PROC_FILTER, ext_proc_config
-from tests.translate.envoy_harness import static_bootstrap
 
-HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+# The mock provider's own entry point: it takes --log-level (kept at WARNING while measured).
+PROVIDER_MODULE = (sys.executable, "-m", "sluicegate.provider")
 CREDENTIALS_STAGE = "credentials"  # the bench-only ext_proc stage of variant (a)
 PROVIDERS = ("alpha", "beta")
 MODEL = "bench-model"
@@ -107,7 +101,7 @@ LABELS = {
 # ----- the config and its three variants ---------------------------------------------------
 
 
-def gateway_ir(work: Path, ports: dict[str, int]) -> GatewayIR:
+def gateway_ir(work: Path, ports: dict[str, int]) -> Gateway:
     providers = []
     for name in PROVIDERS:
         (work / f"{name}.key").write_text(f"sk-bench-{name}\n")
@@ -123,7 +117,7 @@ def gateway_ir(work: Path, ports: dict[str, int]) -> GatewayIR:
         + "".join(f"      - {{provider: {name}}}\n" for name in PROVIDERS)
     )
     config = load_config(path)
-    return build_ir(config, resolve_api_keys(config, path))
+    return build_model(config, resolve_api_keys(config, path))
 
 
 def _copy(message: Message) -> Any:
@@ -132,7 +126,7 @@ def _copy(message: Message) -> Any:
     return clone
 
 
-def variant_resources(ir: GatewayIR, variant: str) -> dict[str, list[Any]]:
+def variant_resources(ir: Gateway, variant: str) -> dict[str, list[Any]]:
     """The shipped translation (sds), or it rewritten to today's or (a)'s key handling."""
     resources = {type_url: [_copy(m) for m in items] for type_url, items in translate(ir).items()}
     for listener in resources[LISTENER]:
@@ -187,7 +181,7 @@ def _header_mutation_with_key(item: hcm_pb2.HttpFilter) -> hcm_pb2.HttpFilter:
     return result
 
 
-def _credentials_ext_proc(ir: GatewayIR) -> hcm_pb2.HttpFilter:
+def _credentials_ext_proc(ir: Gateway) -> hcm_pb2.HttpFilter:
     """(a): the attempt-stage ext_proc as sluicegate configures it, request headers only."""
     config = ext_proc_config(CREDENTIALS_STAGE, ir.limits)
     config.processing_mode.request_body_mode = processing_mode_pb2.ProcessingMode.NONE
@@ -199,11 +193,9 @@ def _credentials_ext_proc(ir: GatewayIR) -> hcm_pb2.HttpFilter:
 # ----- the ext_proc server process ---------------------------------------------------------
 
 
-def _serve(ir: GatewayIR, ready: Any, stop: Any) -> None:
+def build_server(ir: Gateway) -> ExtProcServer:
     """Routing stage (sluicegate's own) plus the bench-only credentials stage of (a)."""
-    import uvloop
-
-    from sluicegate.filters import ExtProcServer, ExtProcService, RoutingTable
+    from sluicegate.filters import ExtProcService, RoutingTable
     from sluicegate.filters.responses import (
         CONTINUE_REQUEST_HEADERS,
         PASS_THROUGH,
@@ -239,63 +231,34 @@ def _serve(ir: GatewayIR, ready: Any, stop: Any) -> None:
                         break
                 yield answer
 
-    async def main() -> None:
-        server = ExtProcServer()
-        server.service = Service(RoutingTable.from_entries(routing_table_entries(ir)))
-        address = await server.start("127.0.0.1:0")
-        ready.put((address, os.getpid()))
-        while not stop.is_set():
-            await asyncio.sleep(0.05)
-        await server.stop(0)
-
-    uvloop.run(main())
+    server = ExtProcServer()
+    server.service = Service(RoutingTable.from_model(ir))
+    return server
 
 
 # ----- processes ---------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def mock_providers(ir: GatewayIR, ports: dict[str, int], work: Path) -> Iterator[list[int]]:
-    processes: list[subprocess.Popen[bytes]] = []
+def mock_providers(ir: Gateway, ports: dict[str, int], work: Path) -> Iterator[list[int]]:
+    """One mock per provider, each requiring that provider's key."""
+    mocks: list[MockProvider] = []
     try:
         for provider in ir.providers:
             assert provider.authorization is not None
-            env = {**os.environ, "BENCH_KEY": provider.authorization.removeprefix("Bearer ")}
-            argv = [sys.executable, "-m", "sluicegate.provider", "--name", provider.name,
-                    "--port", str(ports[provider.name]), "--api-key-env", "BENCH_KEY",
-                    "--ttft-ms", "0", "--itl-ms", "0", "--jitter-ms", "0",
-                    "--output-tokens", "4", "--log-level", "WARNING"]  # fmt: skip
-            log = (work / f"mock-{provider.name}.log").open("wb")
-            processes.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log))
-        for name in PROVIDERS:
-            wait_listening(ports[name], 20)
-        yield [p.pid for p in processes]
+            env = {"BENCH_KEY": provider.authorization.removeprefix("Bearer ")}
+            args = ["--name", provider.name, "--api-key-env", "BENCH_KEY", "--ttft-ms", "0",
+                    "--itl-ms", "0", "--jitter-ms", "0", "--output-tokens", "4",
+                    "--log-level", "WARNING"]  # fmt: skip
+            port = ports[provider.name]
+            mock = MockProvider(provider.name, port, work, args, env=env, command=PROVIDER_MODULE)
+            mocks.append(mock)
+        for mock in mocks:
+            mock.wait_ready()
+        yield [mock.process.pid for mock in mocks]
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-@contextlib.contextmanager
-def ext_proc_server(ir: GatewayIR) -> Iterator[tuple[int, int]]:
-    context = multiprocessing.get_context("spawn")
-    ready, stop = context.Queue(), context.Event()
-    process = context.Process(target=_serve, args=(ir, ready, stop), daemon=True)
-    process.start()
-    try:
-        address, pid = ready.get(timeout=30)
-        yield int(address.rsplit(":", 1)[1]), pid
-    finally:
-        stop.set()
-        process.join(timeout=10)
-        if process.is_alive():
-            process.kill()
-            process.join()
+        for mock in mocks:
+            mock.stop(grace_s=10)
 
 
 # ----- load --------------------------------------------------------------------------------
@@ -356,14 +319,14 @@ def run(args: argparse.Namespace) -> dict[str, Sample]:
     samples = {variant: Sample() for variant in VARIANTS}
     with (
         mock_providers(ir, ports, work) as mock_pids,
-        ext_proc_server(ir) as (ext_proc_port, ext_proc_pid),
+        ExtProcChild(build_server, ir) as ext_proc,
         contextlib.ExitStack() as stack,
     ):
         urls: dict[str, str] = {}
         envoy_pids: dict[str, int] = {}
         for variant in VARIANTS:
             bootstrap = static_bootstrap(
-                variant_resources(ir, variant), ext_proc_port=ext_proc_port
+                variant_resources(ir, variant), ext_proc_port=ext_proc.port
             )
             envoy = stack.enter_context(
                 EnvoyProcess(bootstrap, work_dir=work / f"envoy-{variant}", concurrency=1)
@@ -372,6 +335,7 @@ def run(args: argparse.Namespace) -> dict[str, Sample]:
             urls[variant] = f"http://{host}:{port}/v1/chat/completions"
             assert envoy.pid is not None
             envoy_pids[variant] = envoy.pid
+        ext_proc_pid = ext_proc.pid
         print(f"mocks {mock_pids}, ext_proc pid {ext_proc_pid}, Envoys {envoy_pids}")
         for variant in VARIANTS:  # warm up: pools, caches, JIT-free but still worth it
             asyncio.run(throughput(urls[variant], 300, args.concurrency, Counter()))
@@ -456,20 +420,21 @@ def report(samples: dict[str, Sample], args: argparse.Namespace) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = benchmark_parser(__doc__, write_help=None)  # records unless --no-write
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--latency-requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--no-write", action="store_true", help="print, do not update RESULTS.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.load_before = os.getloadavg()[0]
     samples = run(args)
     text = report(samples, args)
     print(text)
     if not args.no_write:
         update_section("Upstream credentials", text + "\n\n" + CONCLUSION)
+    return 0
 
 
 CONCLUSION = """\
@@ -500,4 +465,4 @@ change. Proofs: tests/credentials/."""
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -20,10 +20,8 @@ read, and the client's own p50, per gateway, rounds alternating.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import copy
-import multiprocessing
 import os
 import tempfile
 import time
@@ -32,11 +30,16 @@ from typing import Any, Final
 
 import aiohttp
 
-from benchmarks._common import command_line, machine, median, stop_tree, today, update_section
-from benchmarks.admission_path import CHAT, HEADERS, INSTANT, MODEL, Mock, _up_doc
-from benchmarks.admission_stack import UpStack, get_json
+from benchmarks.admission_path import CHAT, HEADERS, INSTANT, MODEL, _up_doc, start_mock
+from benchmarks.admission_stack import get_json
+from benchmarks.harness.cli import benchmark_parser, command_line, record
+from benchmarks.harness.ext_proc_child import ExtProcChild
+from benchmarks.harness.results import machine, today
+from benchmarks.harness.stack import MockProvider, UpStack, probe_headers
+from benchmarks.harness.stats import median
 from sluicegate import wire
 from sluicegate.envoy import EnvoyProcess
+from sluicegate.filters import ExtProcServer, RouteInfo, RoutingTable
 
 # Envoy's timeline points (COMMON_DURATION), each measured from DS_RX_BEG.
 POINTS: Final = (
@@ -127,31 +130,20 @@ def static_bootstrap(
     }
 
 
-def served_config(work: Path, mock: Mock) -> dict[str, Any]:
+def served_config(work: Path, mock: MockProvider) -> dict[str, Any]:
     """The config dump of `sluicegate up` serving the routing-only document."""
-    stack = UpStack(work, "served", _up_doc("routing", mock.port))
+    stack = UpStack(work / "served", _up_doc("routing", mock.port))
     try:
-        stack.wait_serving(MODEL, "unused")
+        stack.wait_serving(MODEL, probe_headers("unused"))
         dump: dict[str, Any] = get_json(stack.admin + "/config_dump?include_eds")
         return dump
     finally:
         stack.stop()
 
 
-def _serve(ready: Any, stop: Any) -> None:
-    """The ext_proc server in its own process, routing `MODEL` to route `chat`."""
-    import uvloop
-
-    from sluicegate.filters import ExtProcServer, RouteInfo, RoutingTable
-
-    async def main() -> None:
-        server = ExtProcServer(RoutingTable({MODEL: RouteInfo("chat")}))
-        ready.put(await server.start("127.0.0.1:0"))
-        while not stop.is_set():
-            await asyncio.sleep(0.05)
-        await server.stop(0)
-
-    uvloop.run(main())
+def build_server() -> ExtProcServer:
+    """The ext_proc server (in its own process), routing `MODEL` to route `chat`."""
+    return ExtProcServer(RoutingTable({MODEL: RouteInfo("chat")}))
 
 
 # ----- the measurement -------------------------------------------------------------------------
@@ -250,37 +242,29 @@ def report(found: dict[str, tuple[list[list[int]], list[float]]], command: str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--requests", type=int, default=400, help="requests per round")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    context = multiprocessing.get_context("spawn")
-    ready, stop = context.Queue(), context.Event()
     with tempfile.TemporaryDirectory(prefix="sluicegate-breakdown-") as tmp:
         work = Path(tmp)
-        mock = Mock(work)
-        server = context.Process(target=_serve, args=(ready, stop), daemon=True)
-        server.start()
+        mock = start_mock(work)
+        server = ExtProcChild(build_server)  # boots while `up` serves the config to dump
         try:
             dump = served_config(work, mock)
-            ext_proc_port = int(ready.get(timeout=20).rsplit(":", 1)[1])
-            found = measure(dump, ext_proc_port, work, args.rounds, args.requests)
+            server.wait_ready(20)
+            found = measure(dump, server.port, work, args.rounds, args.requests)
         finally:
-            stop.set()
-            server.join(timeout=10)
-            stop_tree(mock.process, grace_s=5)
+            server.stop()
+            mock.stop(grace_s=5)
     command = command_line("benchmarks.ext_proc_breakdown", argv)
     head = (
         f"{today()}; {machine()}; Envoy with 1 worker; whole run "
         f"{time.monotonic() - started:.0f} s; load average (1 min) {os.getloadavg()[0]:.1f} "
         "at the end."
     )
-    text = report(found, command, head)
-    print(text)
-    if args.write:
-        update_section("Where a routed request's time goes", text)
+    record("Where a routed request's time goes", report(found, command, head), args.write)
     return 0
 
 

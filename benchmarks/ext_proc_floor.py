@@ -32,7 +32,6 @@ reach here; the gap from them to sluicegate's rows is sluicegate's own cost.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import shutil
@@ -45,21 +44,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks._common import (
-    command_line,
-    cpu_seconds,
-    free_ports,
-    machine,
-    median,
-    stop_tree,
-    today,
-    update_section,
-    wait_listening,
-)
 from benchmarks.admission_path import CHAT, KEY, MODEL, Gateway, _up_doc
-from benchmarks.admission_stack import UpStack
+from benchmarks.harness.bootstraps import bootstrap, cluster, plain_gateway, typed
+from benchmarks.harness.cli import benchmark_parser, command_line, record
+from benchmarks.harness.processes import stop_tree, wait_listening
+from benchmarks.harness.results import machine, today
+from benchmarks.harness.stack import UpStack, probe_headers
+from benchmarks.harness.stats import median
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.process import die_with_parent
+from sluicegate.testing import free_ports
+from sluicegate.testing.procfs import cpu_by_role
 
 PLAIN: Final = "plain"
 FLOORS: Final = ("floor, 2 messages", "floor, 1 message", "floor, streamed body")
@@ -168,65 +163,14 @@ def serve_floor(mode: str, port: int) -> None:
 # ----- the Envoys ------------------------------------------------------------------------------
 
 
-def _socket(port: int = 0) -> dict[str, Any]:
-    return {"socket_address": {"address": "127.0.0.1", "port_value": port}}
-
-
-def _typed(kind: str, **fields: Any) -> dict[str, Any]:
-    return {"@type": f"type.googleapis.com/{kind}", **fields}
-
-
-def _bootstrap(
-    routes: list[dict[str, Any]], filters: list[dict[str, Any]], clusters: list[dict[str, Any]]
-) -> dict[str, Any]:
-    router = {
-        "name": "envoy.filters.http.router",
-        "typed_config": _typed("envoy.extensions.filters.http.router.v3.Router"),
-    }
-    hcm = _typed(
-        "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-        stat_prefix="floor",
-        route_config={"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": routes}]},
-        http_filters=[*filters, router],
-    )
-    chain = {"filters": [{"name": "envoy.filters.network.http_connection_manager",
-                          "typed_config": hcm}]}  # fmt: skip
-    listener = {"name": "gateway", "address": _socket(), "filter_chains": [chain]}
-    return {
-        "admin": {"address": _socket()},
-        "static_resources": {"listeners": [listener], "clusters": clusters},
-    }
-
-
-def _cluster(name: str, port: int, *, http2: bool = False) -> dict[str, Any]:
-    cluster: dict[str, Any] = {
-        "name": name,
-        "type": "STATIC",
-        "connect_timeout": "2s",
-        "load_assignment": {
-            "cluster_name": name,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(port)}}]}],
-        },
-    }
-    if http2:
-        options = _typed(
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-            explicit_http_config={"http2_protocol_options": {}},
-        )
-        cluster["typed_extension_protocol_options"] = {
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": options
-        }
-    return cluster
-
-
 def provider_bootstrap() -> dict[str, Any]:
     answer = {"status": 200, "body": {"inline_string": COMPLETION}}
-    return _bootstrap([{"match": {"prefix": "/"}, "direct_response": answer}], [], [])
+    return bootstrap([{"match": {"prefix": "/"}, "direct_response": answer}], [], [])
 
 
 def _ext_proc_filter(mode: str) -> dict[str, Any]:
     body_mode = {"buffered": "BUFFERED", "headers": "NONE", "streamed": "STREAMED"}[mode]
-    config = _typed(
+    config = typed(
         "envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
         grpc_service={"envoy_grpc": {"cluster_name": "ext_proc"}},
         processing_mode={
@@ -256,7 +200,7 @@ def _json_to_metadata_filter() -> dict[str, Any]:
         "on_missing": {**to_model, "value": {"string_value": ""}},
         "on_error": {**to_model, "value": {"string_value": ""}},
     }
-    config = _typed(
+    config = typed(
         "envoy.extensions.filters.http.json_to_metadata.v3.JsonToMetadata",
         request_rules={"rules": [rule]},
     )
@@ -267,10 +211,9 @@ def gateway_bootstrap(
     provider_port: int, mode: str | None, ext_proc_port: int = 0
 ) -> dict[str, Any]:
     """plain (mode None) or a floor gateway whose route needs the model header."""
-    to_provider = {"cluster": "provider", "timeout": "60s"}
-    provider = _cluster("provider", provider_port)
     if mode is None:
-        return _bootstrap([{"match": {"prefix": "/v1/"}, "route": to_provider}], [], [provider])
+        return plain_gateway(provider_port)
+    to_provider = {"cluster": "provider", "timeout": "60s"}
     model = {"name": MODEL_HEADER, "string_match": {"exact": MODEL}}
     routes = [
         {"match": {"prefix": "/v1/", "headers": [model]}, "route": to_provider},
@@ -278,7 +221,8 @@ def gateway_bootstrap(
     ]
     filters = [_json_to_metadata_filter()] if mode == "headers" else []
     filters.append(_ext_proc_filter(mode))
-    return _bootstrap(routes, filters, [provider, _cluster("ext_proc", ext_proc_port, http2=True)])
+    clusters = [cluster("provider", provider_port), cluster("ext_proc", ext_proc_port, http2=True)]
+    return bootstrap(routes, filters, clusters)
 
 
 # ----- the gateways ----------------------------------------------------------------------------
@@ -311,11 +255,11 @@ def start_gateways(work: Path, provider_port: int, gateways: dict[str, Gateway])
         gateways[name] = _gateway_of(envoy, [server])
     stacks = []
     for name, variant in zip(STACKS, ("routing", "admission"), strict=True):
-        stack = UpStack(work, variant, _up_doc(variant, provider_port))
+        stack = UpStack(work / variant, _up_doc(variant, provider_port))
         gateways[name] = Gateway(stack.url, stack.pids, stack.stop)
         stacks.append(stack)
     for stack in stacks:
-        stack.wait_serving(MODEL, KEY)
+        stack.wait_serving(MODEL, probe_headers(KEY))
 
 
 def _gateway_of(envoy: EnvoyProcess, servers: list[subprocess.Popen[bytes]]) -> Gateway:
@@ -372,13 +316,7 @@ class Results:
 
 def _cpu_by_role(gateway: Gateway) -> dict[str, float]:
     """CPU seconds per role; `up` and `replica` processes count as ext_proc."""
-    totals: dict[str, float] = defaultdict(float)
-    for role, pids in gateway.pids().items():
-        role = "ext_proc" if role in ("up", "replica", "ext_proc") else role
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                totals[role] += cpu_seconds(pid)
-    return totals
+    return cpu_by_role(gateway.pids(), merge={"up": "ext_proc", "replica": "ext_proc"})
 
 
 def measure(gateways: dict[str, Gateway], script: Path, rounds: int, seconds: float) -> Results:
@@ -463,12 +401,12 @@ def report(results: Results, command: str, header: str) -> str:
         "grpc.aio ext_proc server here."
     )
     for name in STACKS:
-        added = median([a - b for a, b in zip(results.p50_ms[name], plain_p50, strict=True)])
+        own = median([a - b for a, b in zip(results.p50_ms[name], plain_p50, strict=True)])
         floor_two = median(
             [a - b for a, b in zip(results.p50_ms[FLOORS[0]], plain_p50, strict=True)]
         )
         out.append(
-            f"- **{name}** adds {added:+.2f} ms p50, {added - floor_two:+.2f} ms over the "
+            f"- **{name}** adds {own:+.2f} ms p50, {own - floor_two:+.2f} ms over the "
             f"2-message floor it shares the transport with; {totals[name]:.0f} µs CPU per "
             f"request, {totals[name] - totals[FLOORS[0]]:+.0f} over that floor."
         )
@@ -476,8 +414,7 @@ def report(results: Results, command: str, header: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0, help="per wrk run")
     parser.add_argument("--serve", nargs=2, metavar=("MODE", "PORT"), help=argparse.SUPPRESS)
@@ -507,10 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{today()}; {machine()}; Envoy with 1 worker per gateway, wrk with 1 thread; "
         f"whole run {time.monotonic() - started:.0f} s."
     )
-    text = report(results, command, header)
-    print(text)
-    if args.write:
-        update_section("The ext_proc floor", text)
+    record("The ext_proc floor", report(results, command, header), args.write)
     return 0
 
 

@@ -14,7 +14,6 @@ which answers the admission stage lets Envoy read (filters/admission/stream.py,
 
 from __future__ import annotations
 
-import argparse
 import http.server
 import json
 import socketserver
@@ -25,10 +24,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks._common import command_line, free_ports, machine, median, today, update_section
-from benchmarks.ext_proc_floor import _bootstrap, _cluster, _typed
+from benchmarks.harness.bootstraps import bootstrap, cluster, typed
+from benchmarks.harness.cli import benchmark_parser, command_line, record
+from benchmarks.harness.results import machine, today
+from benchmarks.harness.stats import median
 from sluicegate import wire
 from sluicegate.envoy import EnvoyProcess
+from sluicegate.testing import free_ports
 
 SIZES: Final = (2_000, 20_000, 200_000, 2_000_000, 8_000_000)
 REQUESTS: Final = 15
@@ -76,7 +78,7 @@ def _usage_rules() -> dict[str, Any]:
     ]
     return {
         "name": "envoy.filters.http.json_to_metadata",
-        "typed_config": _typed(
+        "typed_config": typed(
             "envoy.extensions.filters.http.json_to_metadata.v3.JsonToMetadata",
             response_rules={"rules": rules},
         ),
@@ -105,7 +107,7 @@ def measure(work: Path) -> list[tuple[int, float, float]]:
     envoys: dict[str, EnvoyProcess] = {}
     try:
         for name, filters in (("plain", []), ("usage", [_usage_rules()])):
-            config = _bootstrap(route, filters, [_cluster("provider", port)])
+            config = bootstrap(route, filters, [cluster("provider", port)])
             # As the gateway's listener: room for the largest answer to be buffered.
             listener = config["static_resources"]["listeners"][0]
             listener["per_connection_buffer_limit_bytes"] = 64 * 1024 * 1024
@@ -143,16 +145,12 @@ def report(rows: list[tuple[int, float, float]], command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    parser = benchmark_parser(__doc__)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sluicegate-json-usage-") as tmp:
         rows = measure(Path(tmp))
     command = command_line("benchmarks.json_usage_cost", argv)
-    text = report(rows, command)
-    print(text)
-    if args.write:
-        update_section("Reading usage in Envoy, by answer size", text)
+    record("Reading usage in Envoy, by answer size", report(rows, command), args.write)
     return 0
 
 

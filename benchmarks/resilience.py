@@ -13,7 +13,7 @@ Everything runs as real processes on 127.0.0.1: `sluicegate up FILE --no-mocks
 this script starts as their own processes (`sluicegate mock-provider`), so it can kill
 them or change their behaviour live (POST /mock/config). Each scenario has its own route,
 hence its own Envoy cluster with fresh outlier-detection state; every route uses the
-built-in defaults (README, "Resilience") except `timeouts.first_byte: 1s`, so that an
+built-in defaults (docs/resilience.md) except `timeouts.first_byte: 1s`, so that an
 attempt on a hung provider gives up after 1 s instead of 90 s. Requests are non-streamed
 chat completions, 2 output tokens, TTFT 5 ms, through a closed loop of N clients
 (aiohttp, one kept-alive connection each).
@@ -59,15 +59,12 @@ chat completions, 2 output tokens, TTFT 5 ms, through a closed loop of N clients
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
-import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -85,21 +82,15 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benchmarks._common import (
-    alive,
-    children_of,
-    free_ports,
-    machine,
-    percentile,
-    stop_tree,
-    today,
-    update_section,
-    wait_listening,
-)
+from benchmarks.harness.cli import benchmark_parser, command_line
+from benchmarks.harness.results import machine, today, update_section
+from benchmarks.harness.stack import MockProvider, Ports, UpStack
+from benchmarks.harness.stats import percentile
 from sluicegate.config import OutlierDetection, Retries, load_config
 from sluicegate.config.resilience import effective, merge
-from sluicegate.process import die_with_parent
 from sluicegate.provider import make_test_ca as make_provider_test_ca
+from sluicegate.testing.procfs import running_children
+from sluicegate.xds.resource import HTTP_PROTOCOL_OPTIONS
 
 SECTION = "Provider failures"
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,129 +201,25 @@ class Plan:
 # ----- processes ---------------------------------------------------------------------------
 
 
-class MockProcess:
-    """`sluicegate mock-provider` in its own process (so it can be killed)."""
-
-    def __init__(
-        self, name: str, port: int, work: Path, tls: tuple[Path, Path] | None = None
-    ) -> None:
-        self.name = name
-        self.port = port
-        self.tls = tls
-        self.log_path = work / f"mock-{name}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "sluicegate",
-            "mock-provider",
-            "--name",
-            name,
-            "--port",
-            str(port),
-            "--ttft-ms",
-            "5",
-            "--itl-ms",
-            "1",
-            "--output-tokens",
-            "2",
-            "--retry-after-s",
-            "1",
-        ]
-        if tls is not None:
-            argv += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                die_with_parent(argv),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        self.killed = False
-
-    @property
-    def base(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
-
-    def wait_ready(self) -> None:
-        try:
-            wait_listening(self.port, 20)
-        except TimeoutError:
-            raise RuntimeError(f"mock {self.name} did not start:\n{self.log_tail()}") from None
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-2000:]
-
-    def kill(self) -> None:
-        """SIGKILL, like a crash: the kernel closes its sockets, the port refuses."""
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-        self.killed = True
-
-    def stop(self) -> list[int]:
-        return stop_tree(self.process, grace_s=10)
+def start_mock(
+    name: str, port: int, work: Path, tls: tuple[Path, Path] | None = None
+) -> MockProvider:
+    """`sluicegate mock-provider` in its own process (so it can be killed): small, fast
+    answers, Retry-After: 1 on a 429; TLS with (certificate, key)."""
+    args = ["--name", name, "--ttft-ms", "5", "--itl-ms", "1", "--output-tokens", "2",
+            "--retry-after-s", "1"]  # fmt: skip
+    if tls is not None:
+        args += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
+    return MockProvider(name, port, work, args, tls=tls is not None)
 
 
-class Gateway:
-    """A running `sluicegate up FILE --no-mocks` on free ports."""
-
-    def __init__(self, work: Path, doc: Mapping[str, Any], extra: Sequence[str] = ()) -> None:
-        self.work = work
-        self.path = work / "sluicegate.yaml"
-        self.path.write_text(yaml.safe_dump(dict(doc), sort_keys=False))
-        listener = doc["listeners"][0]
-        self.url = f"http://{listener['address']}:{listener['port']}"
-        self.admin = "http://" + doc["sluicegate"]["envoy_admin"]
-        self.log_path = work / "up.log"
-        self.process = start_up(self.path, work / "run", self.log_path, ["--no-mocks", *extra])
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def wait_serving(self, model: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-        host, port = self.url.removeprefix("http://").split(":")
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"sluicegate up exited:\n{self.log_tail()}")
-            conn = http.client.HTTPConnection(host, int(port), timeout=5)
-            try:
-                conn.request("POST", "/v1/chat/completions", body, request_headers(MOCK_HEADERS))
-                response = conn.getresponse()
-                response.read()
-                if response.status == 200:
-                    return
-            except (OSError, http.client.HTTPException):
-                pass
-            finally:
-                conn.close()
-            time.sleep(0.1)
-        raise RuntimeError(f"gateway never served {model}:\n{self.log_tail()}")
+def start_gateway(work: Path, doc: Mapping[str, Any]) -> UpStack:
+    """`sluicegate up FILE --no-mocks` on free ports: the mocks are this script's."""
+    return UpStack(work, doc, extra=["--no-mocks"])
 
 
-def start_up(
-    config: Path, run_dir: Path, log_path: Path, extra: Sequence[str]
-) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable,
-        "-m",
-        "sluicegate",
-        "up",
-        str(config),
-        "--work-dir",
-        str(run_dir),
-        "--envoy-concurrency",
-        "1",
-        *extra,
-    ]
-    with log_path.open("wb") as log:
-        return subprocess.Popen(
-            die_with_parent(argv),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=ROOT,
-        )
+def wait_serving(gw: UpStack, model: str) -> None:
+    gw.wait_serving(model, request_headers(MOCK_HEADERS), START_TIMEOUT_S, max_tokens=None)
 
 
 def request_headers(extra: Mapping[str, str]) -> dict[str, str]:
@@ -346,22 +233,6 @@ def make_test_ca(directory: Path) -> tuple[Path, Path, Path]:
 
 
 # ----- the configuration under test -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ports:
-    listener: int
-    xds: int
-    ext_proc: int
-    http: int
-    admin: int
-    a: int
-    b: int
-    tls: int
-
-    @classmethod
-    def pick(cls) -> Ports:
-        return cls(*free_ports(8))
 
 
 def storm_route(kind: str, clients: int) -> str:
@@ -397,22 +268,17 @@ def gateway_doc(ports: Ports, ca: Path, plan: Plan) -> dict[str, Any]:
     ]
     return {
         "version": 1,
-        "sluicegate": {
-            "xds": f"127.0.0.1:{ports.xds}",
-            "ext_proc": f"127.0.0.1:{ports.ext_proc}",
-            "http": f"127.0.0.1:{ports.http}",
-            "envoy_admin": f"127.0.0.1:{ports.admin}",
-        },
+        "sluicegate": ports.sluicegate(),
         # Every built-in default, except that a hung attempt gives up after 1 s, not 90 s.
         "defaults": {"timeouts": {"first_byte": FIRST_BYTE}},
         "listeners": [{"name": "gateway", "address": "127.0.0.1", "port": ports.listener}],
         "providers": [
-            {"name": "a", "base_url": f"http://127.0.0.1:{ports.a}/v1"},
-            {"name": "b", "base_url": f"http://127.0.0.1:{ports.b}/v1"},
+            {"name": "a", "base_url": f"http://127.0.0.1:{ports.providers['a']}/v1"},
+            {"name": "b", "base_url": f"http://127.0.0.1:{ports.providers['b']}/v1"},
             # The IP literal is where to connect; SNI and the checked name come from tls.sni.
             {
                 "name": "tls",
-                "base_url": f"https://127.0.0.1:{ports.tls}/v1",
+                "base_url": f"https://127.0.0.1:{ports.providers['tls']}/v1",
                 "tls": {"sni": SERVER_NAME, "ca_file": str(ca)},
             },
         ],
@@ -430,7 +296,7 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
 
 
 async def mock_config(
-    session: aiohttp.ClientSession, mock: MockProcess, changes: Mapping[str, Any]
+    session: aiohttp.ClientSession, mock: MockProvider, changes: Mapping[str, Any]
 ) -> None:
     async with session.post(
         f"http://127.0.0.1:{mock.port}/mock/config",
@@ -441,7 +307,7 @@ async def mock_config(
             raise RuntimeError(f"/mock/config on {mock.name}: {await response.text()}")
 
 
-async def mock_requests(session: aiohttp.ClientSession, mock: MockProcess) -> int:
+async def mock_requests(session: aiohttp.ClientSession, mock: MockProvider) -> int:
     stats = await get_json(session, f"http://127.0.0.1:{mock.port}/mock/stats")
     return int(stats["requests_total"])
 
@@ -581,8 +447,8 @@ class OneFailing:
 
 
 async def one_failing(
-    gw: Gateway,
-    mocks: dict[str, MockProcess],
+    gw: UpStack,
+    mocks: dict[str, MockProvider],
     fault: str,
     plan: Plan,
     what_if: WhatIf | None = None,
@@ -702,7 +568,7 @@ class FirstPicks:
     settings: str  # the route's overrides, for the reading
 
 
-async def first_picks(gw: Gateway, mocks: dict[str, MockProcess], what_if: WhatIf,
+async def first_picks(gw: UpStack, mocks: dict[str, MockProvider], what_if: WhatIf,
                       requests: int) -> FirstPicks:  # fmt: skip
     """Where do first attempts go when one provider fails but is not ejected?"""
     route = f"one-{what_if.key}"
@@ -773,7 +639,7 @@ class Storm:
 
 
 async def all_failing(
-    gw: Gateway, mocks: dict[str, MockProcess], fault: str, clients: int, window_s: float
+    gw: UpStack, mocks: dict[str, MockProvider], fault: str, clients: int, window_s: float
 ) -> Storm:
     route = storm_route(fault, clients)
     cluster = f"route-{route}"
@@ -837,7 +703,7 @@ class KeepAlive:
 KA_PATHS = ("direct", "pooled", "fresh")
 
 
-async def keep_alive(gw: Gateway, tls_mock: MockProcess, ca: Path, plan: Plan) -> KeepAlive:
+async def keep_alive(gw: UpStack, tls_mock: MockProvider, ca: Path, plan: Plan) -> KeepAlive:
     body = json.dumps({"model": "ka", "messages": [{"role": "user", "content": "hi"}]}).encode()
     context = ssl.create_default_context(cafile=str(ca))
     samples: dict[str, list[float]] = {path: [] for path in KA_PATHS}
@@ -942,16 +808,17 @@ def quickstart_check(work: Path) -> QuickstartCheck:
         )
     doc = yaml.safe_load(QUICKSTART.read_text())
     route_names = [r["name"] for r in doc["routes"]]
-    log_path = work / "quickstart-up.log"
-    process = start_up(QUICKSTART, work / "quickstart-run", log_path, [])
+    stack = UpStack(
+        work, config=QUICKSTART, log_name="quickstart-up.log", run_dir=work / "quickstart-run"
+    )
     try:
-        dump = _wait_dump(process, log_path, route_names)
+        dump = _wait_dump(stack.process, stack.log_path, route_names)
         with urllib.request.urlopen(
             f"{QUICKSTART_ADMIN}/config_dump?include_eds", timeout=10
         ) as response:
             full_text = response.read().decode()
     finally:
-        left = stop_tree(process)
+        left = stack.stop()
         if left:
             print(f"quickstart: had to SIGKILL {left}")
     keys = [p.read_text().strip() for p in (QUICKSTART.parent / "keys").glob("*.key")]
@@ -1051,7 +918,7 @@ def summarize_dump(
     from `expected` (label -> route -> rendered value)."""
     clusters, routes = _dump_parts(dump)
     check = QuickstartCheck(routes=list(route_names))
-    protocol = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+    protocol = HTTP_PROTOCOL_OPTIONS
     # (label, where, path, required)
     items: list[tuple[str, str, tuple[str | int, ...], bool]] = [
         ("connect_timeout", "cluster", ("connect_timeout",), True),
@@ -1156,8 +1023,7 @@ def _special(source: Any, key: str | int) -> Any:
         # proto3 JSON leaves out a false bool: absent means false.
         return bool(outlier.get("split_external_local_origin_errors", False))
     if key == "@matcher":
-        protocol = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
-        matcher = _dig(source, "typed_extension_protocol_options", protocol,
+        matcher = _dig(source, "typed_extension_protocol_options", HTTP_PROTOCOL_OPTIONS,
                        "outlier_detection", "error_matcher")  # fmt: skip
         return None if matcher is None else " or ".join(_statuses(matcher))
     if key == "@consecutive":
@@ -1226,11 +1092,12 @@ def _statuses(matcher: Any) -> list[str]:
         for item in matcher:
             found += _statuses(item)
     elif isinstance(matcher, dict):
-        if "name" in matcher and ("exact_match" in matcher or "range_match" in matcher):
+        exact = matcher.get("string_match", {}).get("exact")
+        if "name" in matcher and (exact is not None or "range_match" in matcher):
             if matcher["name"] != ":status":
                 found.append("other")
-            elif "exact_match" in matcher:
-                found.append(str(matcher["exact_match"]))
+            elif exact is not None:
+                found.append(str(exact))
             else:
                 span = matcher["range_match"]  # [start, end)
                 found.append(f"{int(span.get('start', 0))}-{int(span.get('end', 0)) - 1}")
@@ -1271,7 +1138,7 @@ def work_dir(keep: bool) -> Iterator[Path]:
 
 
 async def failures_and_keepalive(
-    gw: Gateway, mocks: dict[str, MockProcess], ca: Path, plan: Plan, results: Results
+    gw: UpStack, mocks: dict[str, MockProvider], ca: Path, plan: Plan, results: Results
 ) -> None:
     # `refused` kills a, so it goes last among the scenarios that need a.
     for fault in ("503", "429", "hang"):
@@ -1301,24 +1168,24 @@ async def failures_and_keepalive(
 
 def run(plan: Plan, work: Path, skip_quickstart: bool) -> Results:
     results = Results([], [], [], None, None)
-    ports = Ports.pick()
+    ports = Ports.pick(("a", "b", "tls"))
     ca, cert, key = make_test_ca(work)
     mocks = {
-        "a": MockProcess("a", ports.a, work),
-        "b": MockProcess("b", ports.b, work),
-        "tls": MockProcess("tls", ports.tls, work, (cert, key)),
+        "a": start_mock("a", ports.providers["a"], work),
+        "b": start_mock("b", ports.providers["b"], work),
+        "tls": start_mock("tls", ports.providers["tls"], work, (cert, key)),
     }
-    gw: Gateway | None = None
+    gw: UpStack | None = None
     try:
         for mock in mocks.values():
             mock.wait_ready()
-        gw = Gateway(work, gateway_doc(ports, ca, plan))
-        gw.wait_serving("one-503")
-        gw.wait_serving("ka-pooled")
+        gw = start_gateway(work, gateway_doc(ports, ca, plan))
+        wait_serving(gw, "one-503")
+        wait_serving(gw, "ka-pooled")
         _new_event_loop().run_until_complete(failures_and_keepalive(gw, mocks, ca, plan, results))
     finally:
         if gw is not None:
-            results.left_running += stop_tree(gw.process)
+            results.left_running += gw.stop()
         for mock in mocks.values():
             results.left_running += mock.stop()
     if not skip_quickstart:
@@ -1826,9 +1693,8 @@ def report(command: str, results: Results) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser = benchmark_parser(__doc__, write_help="update RESULTS.md (--quick too)")
     parser.add_argument("--quick", action="store_true", help="shorter windows, fewer requests")
-    parser.add_argument("--write", action="store_true", help="update RESULTS.md (--quick too)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--concurrency", type=int, default=8, help="part 1 clients (default 8)")
     parser.add_argument("--skip-quickstart", action="store_true")
@@ -1836,8 +1702,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     args = parser.parse_args(argv)
     plan = Plan.make(args.quick, args.concurrency)
-    given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python -m benchmarks.resilience", *given])
+    command = command_line("benchmarks.resilience", argv)
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     with work_dir(args.keep_logs) as work:
@@ -1846,7 +1711,7 @@ def main(argv: list[str] | None = None) -> int:
     results.loads = (load_before, os.getloadavg()[0])
     text = report(command, results)
     print("\n" + text)
-    leftover = [pid for pid in children_of(os.getpid()) if alive(pid)]
+    leftover = running_children()
     print(
         f"\ntotal {results.elapsed_s:.0f} s; processes that needed SIGKILL: "
         f"{results.left_running or 'none'}; children still running: {leftover or 'none'}"

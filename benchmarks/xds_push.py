@@ -24,15 +24,9 @@ control plane), --keep-logs, --ads-mode delta (Envoy on delta ADS).
    content hashes, computed in this process beforehand). Where the time goes:
    `/status`'s `last_reload.at` (watcher + load + translate + publish), Envoy's
    `update_time` stats (new clusters' endpoints, RDS), CPU seconds of `up` and
-   of Envoy, and the same pipeline (load_config, resolve_api_keys, build_ir +
+   of Envoy, and the same pipeline (load_config, resolve_api_keys, build_model +
    translate, Snapshot.from_resources) timed in this process on the same file.
    Same-session baseline: N=10 (ratios).
-
-   Stop-gap: while the tree's RouteConfiguration leaves
-   max_direct_response_body_size_bytes at Envoy's 4,096-byte default, Envoy
-   NACKs the routes of more than ~55 models (the `GET /v1/models` body), so
-   `up` runs with that limit raised in-process (`route_body_limit_patch`);
-   `needs_patch` checks the tree first, so this stops by itself once fixed.
 
 2. Holding streams. A control-plane process (an ADS server over a
    SnapshotCache with the 100-route snapshot, nothing else) and two client
@@ -72,18 +66,13 @@ from typing import Any
 
 import yaml
 
-from benchmarks._common import (
-    children_of,
-    cpu_seconds,
-    free_ports,
-    machine,
-    median,
-    rss_bytes,
-    stop_tree,
-    today,
-    update_section,
-)
+from benchmarks.harness.cli import benchmark_parser, command_line
+from benchmarks.harness.processes import stop_tree
+from benchmarks.harness.results import machine, today, update_section
+from benchmarks.harness.stack import SLUICEGATE, Ports, UpStack
+from benchmarks.harness.stats import median
 from sluicegate.process import die_with_parent
+from sluicegate.testing.procfs import cpu_seconds, rss_bytes
 
 SECTION = "xDS push"
 #: The push-latency aim from the issue: 1,000 routes live within 1 s of the change.
@@ -95,26 +84,13 @@ CHANGE_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 90.0
 CLIENT_KEY = "sk-sluicegate-bench"
 
+PROVIDERS = ("alpha", "beta")  # the two mock providers `up` starts
+
 CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 
 
 # ----- configs -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ports:
-    listener: int
-    xds: int
-    ext_proc: int
-    http: int
-    admin: int
-    alpha: int
-    beta: int
-
-    @classmethod
-    def pick(cls) -> Ports:
-        return cls(*free_ports(7))
 
 
 def gateway_doc(n: int, ports: Ports, *, generation: int = 0, probes: Sequence[int] = (),
@@ -142,16 +118,11 @@ def gateway_doc(n: int, ports: Ports, *, generation: int = 0, probes: Sequence[i
     mock = {"ttft_ms": 0, "itl_ms": 0, "output_tokens": 1}  # `models` empty: any model
     return {
         "version": 1,
-        "sluicegate": {
-            "xds": f"127.0.0.1:{ports.xds}",
-            "ext_proc": f"127.0.0.1:{ports.ext_proc}",
-            "http": f"127.0.0.1:{ports.http}",
-            "envoy_admin": f"127.0.0.1:{ports.admin}",
-        },
+        "sluicegate": ports.sluicegate(),
         "listeners": [{"name": "gateway", "address": "127.0.0.1", "port": ports.listener}],
         "providers": [
-            {"name": "alpha", "base_url": f"http://127.0.0.1:{ports.alpha}/v1", "mock": mock},
-            {"name": "beta", "base_url": f"http://127.0.0.1:{ports.beta}/v1", "mock": mock},
+            {"name": name, "base_url": f"http://127.0.0.1:{port}/v1", "mock": mock}
+            for name, port in ports.providers.items()
         ],
         "routes": routes,
     }
@@ -167,7 +138,7 @@ class Pipeline:
 
     load: float  # load_config (YAML parse, schema, cross-document checks)
     keys: float  # resolve_api_keys (it parses the YAML again, for messages' line numbers)
-    translate: float  # build_ir + translate
+    translate: float  # build_model + translate
     snapshot: float  # Snapshot.from_resources (serialize + hash every resource)
     versions: dict[str, str]
     clusters: frozenset[str]
@@ -181,8 +152,9 @@ _MEMO: list[Any] = []
 def run_pipeline(path: Path) -> Pipeline:
     """What ControlPlane.load does with a file (minus publishing), timed."""
     from sluicegate.config import load_config, resolve_api_keys
+    from sluicegate.model import build_model
     from sluicegate.xds.server import Snapshot
-    from sluicegate.xds.translate import RouteMemo, build_ir, translate
+    from sluicegate.xds.translate import RouteMemo, translate
 
     if not _MEMO:
         _MEMO.append(RouteMemo())
@@ -192,7 +164,7 @@ def run_pipeline(path: Path) -> Pipeline:
     t1 = time.perf_counter()
     keys = resolve_api_keys(config, path)
     t2 = time.perf_counter()
-    resources = translate(build_ir(config, keys), _MEMO[0])
+    resources = translate(build_model(config, keys), _MEMO[0])
     t3 = time.perf_counter()
     snapshot = Snapshot.from_resources(resources)
     t4 = time.perf_counter()
@@ -226,67 +198,6 @@ def yaml_parse_seconds(text: str) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t1
 
 
-# ----- a stop-gap for one translation bug ---------------------------------------------------
-
-#: Envoy's default for RouteConfiguration.max_direct_response_body_size_bytes.
-ENVOY_DIRECT_BODY_LIMIT = 4096
-
-
-def route_body_limit_needed(resources: Mapping[str, Sequence[Any]]) -> bool:
-    """True when a direct_response body (the `GET /v1/models` list) is larger than its
-    RouteConfiguration allows: Envoy then NACKs the routes (about 55 models and up)."""
-    from sluicegate.xds.translate import ROUTE
-
-    return any(_largest_body(rc) > _body_limit(rc) for rc in resources[ROUTE])
-
-
-def _largest_body(route_config: Any) -> int:
-    return max(
-        (len(r.direct_response.body.inline_string.encode())
-         for vh in route_config.virtual_hosts for r in vh.routes),
-        default=0,
-    )  # fmt: skip
-
-
-def _body_limit(route_config: Any) -> int:
-    if route_config.HasField("max_direct_response_body_size_bytes"):
-        return int(route_config.max_direct_response_body_size_bytes.value)
-    return ENVOY_DIRECT_BODY_LIMIT
-
-
-def route_body_limit_patch() -> None:
-    """Apply, in this process, the fix proposed for the translation: raise each
-    RouteConfiguration's max_direct_response_body_size_bytes to its largest body.
-    Used only while the tree lacks it (see `route_body_limit_needed`)."""
-    import sluicegate.xds.translate as translate_module
-
-    # `translate()` looks the builder up in its module's namespace at each call.
-    target = "build_route_configurations"
-    original = getattr(translate_module, target)
-
-    def patched(ir: Any) -> list[Any]:
-        configs = list(original(ir))
-        for route_config in configs:
-            largest = _largest_body(route_config)
-            if largest > _body_limit(route_config):
-                route_config.max_direct_response_body_size_bytes.value = largest
-        return configs
-
-    setattr(translate_module, target, patched)
-
-
-def needs_patch(n: int) -> bool:
-    """Does the tree's translation of an N-route config still need the stop-gap?"""
-    from sluicegate.config import load_config, resolve_api_keys
-    from sluicegate.xds.translate import build_ir, translate
-
-    with tempfile.TemporaryDirectory(prefix="xds-push-check-") as tmp:
-        path = Path(tmp) / "check.yaml"
-        path.write_text(dump(gateway_doc(n, Ports(1, 2, 3, 4, 5, 6, 7))))
-        config = load_config(path)
-        return route_body_limit_needed(translate(build_ir(config, resolve_api_keys(config, path))))
-
-
 # ----- part 1: YAML change → Envoy serving it -----------------------------------------------
 
 
@@ -315,54 +226,24 @@ class PushRun:
     yaml_parse: list[tuple[float, float]]
 
 
-class Gateway:
-    """A running `sluicegate up` on free ports."""
+class Gateway(UpStack):
+    """A running `sluicegate up` on free ports (under cProfile with `profile`)."""
 
-    def __init__(self, work: Path, doc: dict[str, Any], ads_mode: str, patched: bool,
+    def __init__(self, work: Path, doc: dict[str, Any], ads_mode: str,
                  profile: Path | None = None) -> None:  # fmt: skip
-        self.work = work
-        self.path = work / "sluicegate.yaml"
-        self.path.write_text(dump(doc))
-        listener = doc["listeners"][0]
-        self.host, self.port = str(listener["address"]), int(listener["port"])
-        self.status_url = "http://" + doc["sluicegate"]["http"] + "/status"
-        self.admin = "http://" + doc["sluicegate"]["envoy_admin"]
-        self.log_path = work / "up.log"
-        up_args = [str(self.path), "--work-dir", str(work / "run"), "--envoy-concurrency", "1",
-                   "--ads-mode", ads_mode]  # fmt: skip
-        if patched or profile is not None:
-            # The same `up`, with the route-body limit fix applied in-process (see
-            # `route_body_limit_patch`) and/or under cProfile.
-            argv = [sys.executable, "-m", "benchmarks.xds_push", "--role", "up"]
-            argv += ["--patch"] if patched else []
-            argv += ["--profile", str(profile)] if profile is not None else []
-            argv += ["--", *up_args]
-        else:
-            argv = [sys.executable, "-m", "sluicegate", "up", *up_args]
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                die_with_parent(argv),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                )
-
-    def envoy_pid(self) -> int:
-        for pid in children_of(self.process.pid):
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{pid}/comm").read_text().strip() == "envoy":
-                    return pid
-        raise RuntimeError(f"no Envoy under `up`:\n{self.log_tail()}")
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
+        launcher: Sequence[str] = SLUICEGATE
+        if profile is not None:
+            launcher = [sys.executable, "-m", "benchmarks.xds_push", "--role", "up",
+                        "--profile", str(profile), "--"]  # fmt: skip
+        super().__init__(work, doc, extra=["--ads-mode", ads_mode], launcher=launcher)
+        self.status_url = self.http + "/status"
 
     def status(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.status_url, timeout=5) as response:
             result: dict[str, Any] = json.load(response)
             return result
 
-    def wait_serving(self, model: str, timeout_s: float) -> None:
+    def wait_model(self, model: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         if chat_poll(self.host, self.port, model, deadline, self) is None:
             raise RuntimeError(f"gateway never served {model}:\n{self.log_tail()}")
@@ -535,35 +416,35 @@ def measure_change(gateway: Gateway, kind: str, doc: dict[str, Any], model: str,
     )
 
 
-def start_gateway(n: int, work: Path, ads_mode: str, patched: bool, profile: Path | None,
+def start_gateway(n: int, work: Path, ads_mode: str, profile: Path | None,
                   attempts: int = 3) -> tuple[Gateway, Ports, float]:  # fmt: skip
     """Start `up` with N routes on free ports and wait until it serves the last model.
     Retried on new ports when one of them was taken in the meantime (a port that was
     free when picked can become some other process's ephemeral port)."""
     for attempt in range(1, attempts + 1):
-        ports = Ports.pick()
+        ports = Ports.pick(PROVIDERS)
         run_dir = work / f"attempt-{attempt}"
         run_dir.mkdir()
-        gateway = Gateway(run_dir, gateway_doc(n, ports), ads_mode, patched, profile)
+        gateway = Gateway(run_dir, gateway_doc(n, ports), ads_mode, profile)
         started = time.monotonic()
         try:
-            gateway.wait_serving(f"m-{n - 1:04d}", START_TIMEOUT_S)
+            gateway.wait_model(f"m-{n - 1:04d}", START_TIMEOUT_S)
             return gateway, ports, time.monotonic() - started
         except BaseException:
-            stop_tree(gateway.process)
+            gateway.stop()
             if attempt == attempts or "address already in use" not in gateway.log_tail():
                 raise
             print(f"  a port was taken; starting again on other ports ({attempt})", flush=True)
     raise AssertionError("unreachable")
 
 
-def push_latency(n: int, reps: int, work: Path, ads_mode: str, patched: bool,
+def push_latency(n: int, reps: int, work: Path, ads_mode: str,
                  profile_dir: Path | None = None) -> PushRun:  # fmt: skip
     profile = None
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
         profile = profile_dir / f"up-{n}.prof"
-    gateway, ports, start_s = start_gateway(n, work, ads_mode, patched, profile)
+    gateway, ports, start_s = start_gateway(n, work, ads_mode, profile)
     changes: list[Change] = []
     left: list[int] = []
     up_rss = 0
@@ -588,7 +469,7 @@ def push_latency(n: int, reps: int, work: Path, ads_mode: str, patched: bool,
         parse = [yaml_parse_seconds(dump(gateway_doc(n, ports))) for _ in range(3)]
         up_rss = rss_bytes(gateway.process.pid)
     finally:
-        left = stop_tree(gateway.process)
+        left = gateway.stop()
     return PushRun(n, start_s, changes, up_rss, left, parse)
 
 
@@ -760,20 +641,21 @@ def _emit(message: Mapping[str, Any]) -> None:
 
 def _snapshot_of(doc: Mapping[str, Any], work: Path) -> Any:
     from sluicegate.config import load_config, resolve_api_keys
+    from sluicegate.model import build_model
     from sluicegate.xds.server import Snapshot
-    from sluicegate.xds.translate import build_ir, translate
+    from sluicegate.xds.translate import translate
 
     path = work / "cp.yaml"
     path.write_text(dump(doc))
     config = load_config(path)
-    return Snapshot.from_resources(translate(build_ir(config, resolve_api_keys(config, path))))
+    return Snapshot.from_resources(translate(build_model(config, resolve_api_keys(config, path))))
 
 
 async def _control_plane(routes: int, profile: str | None) -> None:
     from sluicegate.xds.server import ROUTE, SECRET, SnapshotCache, bound_port, serve_ads
 
     # Addresses in the config only; no traffic goes to them.
-    ports = Ports(10000, 18000, 18001, 9100, 9901, 18081, 18082)
+    ports = Ports(10000, 18000, 18001, 9100, 9901, {"alpha": 18081, "beta": 18082})
     with tempfile.TemporaryDirectory(prefix="xds-push-cp-") as tmp:
         base = _snapshot_of(gateway_doc(routes, ports), Path(tmp))
         changed = _snapshot_of(gateway_doc(routes, ports, probes=[1], flip_weights=True),
@@ -850,7 +732,8 @@ async def _clients(target: str, count: int, prefix: str, delta: bool) -> None:
     # AdsClient decodes resources through the default symbol database: the message
     # classes (and the typed configs inside them) must be imported here first.
     import sluicegate.xds.translate  # noqa: F401
-    from sluicegate.xds.server import CLUSTER, LISTENER, ROUTE, SECRET, AdsClient
+    from sluicegate.testing import AdsClient
+    from sluicegate.xds.server import CLUSTER, LISTENER, ROUTE, SECRET
 
     clients = [AdsClient(target, f"{prefix}{i:04d}", delta=delta) for i in range(count)]
     followers: list[asyncio.Task[None]] = []
@@ -869,7 +752,7 @@ async def _clients(target: str, count: int, prefix: str, delta: bool) -> None:
             return all(client.versions.get(t) == v for t, v in versions.items())
 
         await client.wait_for(has, timeout=170)
-        return max(r.at for r in client.received)
+        return float(max(r.at for r in client.received))
 
     async def all_synced(versions: Mapping[str, str]) -> dict[str, Any]:
         results = await asyncio.gather(*(synced(c, versions) for c in clients),
@@ -905,16 +788,12 @@ async def _clients(target: str, count: int, prefix: str, delta: bool) -> None:
 def _run_helper(args: argparse.Namespace) -> None:
     import uvloop  # what `sluicegate up` runs on
 
-    if args.role == "up":
+    if args.role == "up":  # `sluicegate up` under cProfile (--profile-dir)
         from sluicegate.cli import main as sluicegate_main
 
-        if args.patch:
-            route_body_limit_patch()
-        if not args.profile:
-            sys.exit(sluicegate_main(["up", *args.up_args]))
         profiler = cProfile.Profile()
         try:
-            code = profiler.runcall(sluicegate_main, ["up", *args.up_args])
+            code = profiler.runcall(sluicegate_main, args.up_args)
         finally:
             profiler.dump_stats(args.profile)
         sys.exit(code)
@@ -986,7 +865,7 @@ def breakdown_table(runs: Sequence[PushRun]) -> list[str]:
     lines = [
         "| routes | change | control plane published (ms) | Envoy: new clusters have "
         "endpoints (ms) | Envoy: routes updated (ms) | served (ms) | in-process: load_config"
-        " / resolve_api_keys / build_ir+translate / Snapshot (ms) | CPU s: `up` / Envoy |",
+        " / resolve_api_keys / build_model+translate / Snapshot (ms) | CPU s: `up` / Envoy |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for run in runs:
@@ -1067,9 +946,8 @@ def work_dir(keep: bool) -> Iterator[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = benchmark_parser(__doc__, write_help="update RESULTS.md (--quick too)")
     parser.add_argument("--quick", action="store_true", help="N ≤ 100, fewer repetitions")
-    parser.add_argument("--write", action="store_true", help="update RESULTS.md (--quick too)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--reps", type=int, help="changes per kind (default 5, quick 2)")
     parser.add_argument("--sizes", help="route counts for part 1, e.g. 10,1000")
@@ -1084,11 +962,6 @@ def main(argv: list[str] | None = None) -> int:
         help="cProfile `up` (part 1, whole run) and the control plane of part 2 "
         "(the push only); .prof files go here",
     )
-    parser.add_argument(
-        "--no-patch",
-        action="store_true",
-        help="measure the tree as it is, even where Envoy NACKs its routes",
-    )
     # helper processes of part 2
     parser.add_argument(
         "--role", choices=["up", "control-plane", "clients"], help=argparse.SUPPRESS
@@ -1100,7 +973,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default="envoy-", help=argparse.SUPPRESS)
     parser.add_argument("--delta", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--profile", help=argparse.SUPPRESS)
-    parser.add_argument("--patch", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.role is not None:
         _run_helper(args)
@@ -1113,19 +985,9 @@ def main(argv: list[str] | None = None) -> int:
     holds = [(100, False), (100, True)] if args.quick else [(100, False), (1000, False),
                                                            (1000, True)]  # fmt: skip
     idle_s = 3.0 if args.quick else 10.0
-    given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python -m benchmarks.xds_push", *given])
+    command = command_line("benchmarks.xds_push", argv)
     started = time.monotonic()
     load_before = os.getloadavg()[0]
-    patched = False
-    if not args.skip_push and not args.no_patch and needs_patch(max(sizes)):
-        patched = True
-        route_body_limit_patch()  # here too: the expected versions must match `up`'s
-        print(
-            f"NOTE: Envoy NACKs the routes of {max(sizes)} models (the /v1/models body "
-            f"exceeds max_direct_response_body_size_bytes, default {ENVOY_DIRECT_BODY_LIMIT});"
-            " measuring `up` with that limit raised in-process (route_body_limit_patch)"
-        )
     push_runs: list[PushRun] = []
     hold_runs: list[HoldRun] = []
     with work_dir(args.keep_logs) as work:
@@ -1134,9 +996,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"push latency: {n} routes, {reps} changes per kind ...", flush=True)
                 run_dir = work / f"push-{n}"
                 run_dir.mkdir()
-                push_runs.append(
-                    push_latency(n, reps, run_dir, args.ads_mode, patched, args.profile_dir)
-                )
+                push_runs.append(push_latency(n, reps, run_dir, args.ads_mode, args.profile_dir))
             print("\n".join(["", *push_table(push_runs), "", *breakdown_table(push_runs), "",
                              *startup_table(push_runs)]))  # fmt: skip
         if not args.skip_streams:
@@ -1155,7 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
     if (args.write or not (args.quick or args.no_write)) and push_runs and hold_runs:
         loads = (load_before, os.getloadavg()[0])
         update_section(
-            SECTION, report(command, push_runs, hold_runs, elapsed, args.ads_mode, patched, loads)
+            SECTION, report(command, push_runs, hold_runs, elapsed, args.ads_mode, loads)
         )
         print("updated benchmarks/RESULTS.md")
     return 1 if left else 0
@@ -1201,7 +1061,7 @@ def reading(push_runs: Sequence[PushRun], hold_runs: Sequence[HoldRun]) -> list[
             f"- **{big.n} routes, {label}: served after {served:.2f} s (median) — "
             f"{verdict}.** The control plane published after {published:.2f} s: in this "
             f"process the same work takes {in_process:.2f} s (load_config {parts['load']:.2f}, "
-            f"resolve_api_keys {parts['keys']:.2f}, build_ir+translate "
+            f"resolve_api_keys {parts['keys']:.2f}, build_model+translate "
             f"{parts['translate']:.2f}, Snapshot {parts['snapshot']:.2f}){rest}. From "
             f"publish to Envoy's routes updated: {envoy:.2f} s (Envoy CPU "
             f"{median([c.envoy_cpu_s for c in changes]):.2f} s)."
@@ -1251,16 +1111,7 @@ def reading(push_runs: Sequence[PushRun], hold_runs: Sequence[HoldRun]) -> list[
 
 
 def report(command: str, push_runs: Sequence[PushRun], hold_runs: Sequence[HoldRun],
-           elapsed: float, ads_mode: str, patched: bool,
-           loads: tuple[float, float]) -> str:  # fmt: skip
-    patch_note = (
-        " **Stop-gap applied:** Envoy NACKs the tree's RouteConfiguration once the "
-        "`GET /v1/models` body passes 4,096 bytes (`max_direct_response_body_size_bytes` "
-        "unset; about 55 models), so `up` ran with that limit raised in-process "
-        "(`route_body_limit_patch`); the script stops doing so once the tree sets it."
-        if patched
-        else ""
-    )
+           elapsed: float, ads_mode: str, loads: tuple[float, float]) -> str:  # fmt: skip
     lines = [
         f"`{command}` — {today()}; {machine()}; Envoy 1.40 (`--envoy-concurrency 1`, "
         f"{ads_mode} ADS); whole run {elapsed:.0f} s; load average (1 min) {loads[0]:.1f} at "
@@ -1274,7 +1125,7 @@ def report(command: str, push_runs: Sequence[PushRun], hold_runs: Sequence[HoldR
         "the new model through the gateway answers 200 (polled every 5 ms); *all nodes "
         "ACKed* — `/status` shows every node ACKed the new versions (polled every 10 ms). "
         f"{len(push_runs[0].changes) // 2} changes per kind; ratios against N={push_runs[0].n} "
-        "of the same session." + patch_note,
+        "of the same session.",
         "",
         *push_table(push_runs),
         "",

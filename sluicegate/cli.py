@@ -31,7 +31,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _run_async(main: Coroutine[Any, Any, int]) -> int:
-    """Run a server's main coroutine on uvloop (10-19% more requests/s, DESIGN.md)."""
+    """Run a server's main coroutine on uvloop (docs/architecture.md, "Process model")."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency
@@ -61,10 +61,13 @@ def _cmd_ext_proc(args: argparse.Namespace) -> int:
 
 
 def _cmd_bootstrap(args: argparse.Namespace) -> int:
-    from sluicegate.envoy import bootstrap_yaml
+    from sluicegate.envoy import bootstrap_json, bootstrap_yaml
 
+    # JSON by default: Envoy reads a path without .yaml (`envoy -c <(sluicegate bootstrap
+    # ...)` gives it /dev/fd/63) as JSON only. `--format yaml` is the commented version.
+    render = bootstrap_yaml if args.format == "yaml" else bootstrap_json
     print(
-        bootstrap_yaml(
+        render(
             node_id=args.node_id,
             cluster=args.cluster,
             xds_address=args.control_plane,
@@ -168,7 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--envoy-concurrency", type=int, default=2)
     up.add_argument("--no-envoy", action="store_true", help="control plane only (sidecars)")
     up.add_argument("--no-mocks", action="store_true", help="do not start mock providers")
-    up.add_argument("--work-dir", help="where Envoy's bootstrap and logs go (default: temp)")
+    up.add_argument(
+        "--work-dir",
+        help="where Envoy's bootstrap and logs go (default: a temporary folder, removed on exit)",
+    )
     up.set_defaults(func=_cmd_up)
 
     replica = sub.add_parser(
@@ -194,6 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     boot.add_argument("--admin", default="127.0.0.1:9901", help="Envoy admin HOST:PORT")
     boot.add_argument("--ads-mode", choices=["sotw", "delta"], default="sotw")
+    boot.add_argument(
+        "--format",
+        choices=["json", "yaml"],
+        default="json",
+        help="json (default) works as `envoy -c <(sluicegate bootstrap ...)` and in any "
+        "file; yaml is commented, for reading or a file named *.yaml",
+    )
     boot.set_defaults(func=_cmd_bootstrap)
 
     mock = sub.add_parser("mock-provider", help="run a mock OpenAI-compatible provider")

@@ -24,6 +24,7 @@ from .admission import (
     Tenant,
 )
 from .drain import drained_view
+from .durations import format_duration_ms, parse_duration_ms
 from .keyhash import generate_key, hash_key, parse_key_hash, verify_key
 from .loader import load_config, load_config_text, validate_file, validate_text
 from .problems import ConfigError, Problem, Severity
@@ -39,8 +40,6 @@ from .resilience import (
     RetryBudget,
     Timeouts,
     effective,
-    format_duration_ms,
-    parse_duration_ms,
 )
 from .schema import (
     Addresses,
@@ -56,6 +55,7 @@ from .schema import (
     Provider,
     Route,
     Tls,
+    normalize_path_prefix,
 )
 from .secrets import resolve_api_keys
 
@@ -106,6 +106,7 @@ __all__ = [
     "is_ip_address",
     "load_config",
     "load_config_text",
+    "normalize_path_prefix",
     "parse_duration_ms",
     "parse_key_hash",
     "resolve_api_keys",

@@ -1,6 +1,6 @@
 """Who may call, how much, and how urgently: tenants, client keys, limits, priority.
 
-The shape of DESIGN.md's "Token-aware admission":
+The shape of docs/architecture.md, "Token-aware admission":
 
 - `tenants:` lists who may call. Each tenant has client keys (stored as salted
   hashes, keyhash.py), optional rate limits of its own and per key, the models it
@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .durations import Duration
 from .keyhash import parse_key_hash
-from .resilience import Duration
 
 # A DNS-label-like identifier (listeners, providers, routes, tenants, keys, classes).
 # It is defined here, not in schema.py, because schema.py imports this module.

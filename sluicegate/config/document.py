@@ -7,7 +7,8 @@ every problem in a file is reported in one go.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import copy
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from .admission import Admission, ClientKey, Tenant
 from .resilience import Resilience
-from .schema import Addresses, Config, Listener, Provider, Route
+from .schema import Addresses, Config, Listener, Provider, Route, count_ext_proc_processes
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -38,6 +39,21 @@ class KeyRef:
     tenant_name: str
     index: int
     key: ClientKey
+
+
+Dropped = frozenset[tuple[str | int, ...]]
+"""Key paths (relative to a section) whose values failed validation and were left out."""
+
+
+@dataclass(frozen=True)
+class SettingsRoute:
+    """A route whose resilience settings can be checked: `dropped` lists the keys that
+    failed validation and were left out (empty for a valid route), so that rules about
+    them stay quiet instead of judging the default that stands in for them."""
+
+    index: int
+    route: Route
+    dropped: Dropped = frozenset()
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,11 @@ class Document:
     # The top-level `defaults:` (pools, timeouts, retries, outlier detection), or None
     # when it failed validation: rules on a route's effective settings then stay quiet.
     defaults: Resilience | None = None
+    # Keys of `defaults:` that failed validation and were left out of `defaults`.
+    defaults_dropped: Dropped = frozenset()
+    # Every route whose settings can be checked, including routes that failed validation
+    # elsewhere (a unitless duration must not hide `backoff.base > backoff.max`).
+    settings_routes: tuple[SettingsRoute, ...] = ()
     # Valid tenants with their index; `admission:` (None when it failed validation);
     # every client key that is valid on its own, even inside a tenant that is not, so
     # duplicate key names and hashes are always found.
@@ -72,7 +93,13 @@ class Document:
 
     @property
     def provider_names(self) -> tuple[str, ...]:
-        return tuple(name for _, name in self.names["providers"])
+        """Each provider name once, in file order (duplicates are reported on their own)."""
+        return tuple(dict.fromkeys(name for _, name in self.names["providers"]))
+
+    def ext_proc_processes(self) -> int:
+        """`Config.ext_proc_processes` for the valid parts (`schema.count_ext_proc_processes`)."""
+        store_replicas = 1 if self.admission is None else self.admission.store.replicas
+        return count_ext_proc_processes(len(self.replica_addresses), store_replicas)
 
     @classmethod
     def from_config(cls, config: Config) -> Document:
@@ -99,6 +126,7 @@ class Document:
             },
             complete=True,
             defaults=config.defaults,
+            settings_routes=tuple(SettingsRoute(r, route) for r, route in enumerate(config.routes)),
             tenants=tuple(enumerate(config.tenants)),
             admission=config.admission,
             client_keys=tuple(
@@ -117,6 +145,7 @@ class Document:
         routes = _valid_items(Route, raw["routes"])
         valid = len(listeners) + len(providers) + len(routes)
         raw_tenants = _items(data.get("tenants"))
+        defaults, defaults_dropped = salvage_model(Resilience, data.get("defaults", {}))
         return cls(
             addresses=_valid_addresses(data.get("sluicegate", {})),
             replica_addresses=_valid_replicas(data.get("sluicegate", {})),
@@ -127,7 +156,9 @@ class Document:
             names={section: tuple(_names(items)) for section, items in raw.items()}
             | {"tenants": tuple(_names(raw_tenants))},
             complete=valid == sum(len(items) for items in raw.values()),
-            defaults=_valid(Resilience, data.get("defaults", {})),
+            defaults=defaults,
+            defaults_dropped=defaults_dropped,
+            settings_routes=tuple(_settings_routes(raw["routes"])),
             tenants=_valid_items(Tenant, raw_tenants),
             admission=_valid(Admission, data.get("admission", {})),
             client_keys=tuple(_key_refs(raw_tenants)),
@@ -158,6 +189,65 @@ def _valid(model: type[_M], raw: object) -> _M | None:
 def _valid_items(model: type[_M], items: list[dict[object, object]]) -> tuple[tuple[int, _M], ...]:
     valid = ((index, _valid(model, item)) for index, item in enumerate(items))
     return tuple((index, item) for index, item in valid if item is not None)
+
+
+def salvage_model(model: type[_M], raw: object) -> tuple[_M | None, Dropped]:
+    """`raw` validated as `model` after leaving out every key that fails validation.
+
+    Returns the model (None when even that fails, e.g. a required key is missing) and the
+    key paths left out. Each round drops at least one key, so this ends.
+    """
+    if not isinstance(raw, dict):
+        return _valid(model, raw), frozenset()
+    data = copy.deepcopy(raw)
+    dropped: set[tuple[str | int, ...]] = set()
+    while True:
+        try:
+            return model.model_validate(data), frozenset(dropped)
+        except ValidationError as exc:
+            paths = [_key_to_drop(data, error["loc"]) for error in exc.errors(include_url=False)]
+        before = len(dropped)
+        # Shortest first: a key inside one already dropped is gone with it.
+        for path in sorted({path for path in paths if path is not None}, key=len):
+            if not any(path[: len(done)] == done for done in dropped):
+                _delete(data, path)
+                dropped.add(path)
+        if None in paths or len(dropped) == before:
+            return None, frozenset(dropped)
+
+
+def _key_to_drop(data: object, loc: Sequence[str | int]) -> tuple[str | int, ...] | None:
+    """Path of the deepest mapping key on `loc` present in `data`; None if there is none
+    (a required key is missing at the top: nothing can be dropped to fix it)."""
+    current, found = data, None
+    for depth, part in enumerate(loc):
+        if isinstance(current, dict) and part in current:
+            found = tuple(loc[: depth + 1])
+            current = current[part]
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            current = current[part]
+        else:
+            break
+    return found
+
+
+def _delete(data: object, path: tuple[str | int, ...]) -> None:
+    """Delete the mapping key at `path` (found by `_key_to_drop`, so every step exists)."""
+    current = data
+    for part in path[:-1]:
+        if isinstance(current, list):
+            current = current[int(part)]
+        elif isinstance(current, dict):
+            current = current[part]
+    if isinstance(current, dict):
+        del current[path[-1]]
+
+
+def _settings_routes(routes: list[dict[object, object]]) -> Iterator[SettingsRoute]:
+    for index, item in enumerate(routes):
+        route, dropped = salvage_model(Route, item)
+        if route is not None:
+            yield SettingsRoute(index, route, dropped)
 
 
 def _valid_addresses(raw: object) -> dict[str, str]:

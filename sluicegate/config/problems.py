@@ -45,8 +45,17 @@ def has_errors(problems: Iterable[Problem]) -> bool:
 
 
 class ConfigError(Exception):
-    """A config file could not be used; `problems` lists every reason found (at least one)."""
+    """A config file could not be used: `problems` lists everything found in it, in file
+    order; `errors` are why it was rejected (at least one), `warnings` the rest."""
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = sort_problems(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.is_error]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if not p.is_error]

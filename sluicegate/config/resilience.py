@@ -1,7 +1,7 @@
 """Provider resilience settings: pools, tiered timeouts, retries, outlier detection, health checks.
 
-Where each setting lives follows where Envoy applies it (DESIGN.md, "Routing across
-providers"): a route is one Envoy cluster whose hosts are its providers, so
+Where each setting lives follows where Envoy applies it (docs/architecture.md,
+"Routing across providers"): a route is one Envoy cluster whose hosts are its providers, so
 
 - `pool`, `timeouts`, `retries` and `outlier_detection` are per route: a top-level
   `defaults:` section gives every route its values, and a route may override any field
@@ -10,63 +10,19 @@ providers"): a route is one Envoy cluster whose hosts are its providers, so
   rule that one route's providers speak one protocol and share one health check.
 
 Durations are written with a unit: `250ms`, `3s`, `1.5s`, `2m`, `1h`, `1m30s`; `0` turns a
-timeout off where that is allowed. Every default below is documented in the README's
-configuration reference and chosen for LLM traffic (long streams, slow first tokens).
+timeout off where that is allowed. Every default below is documented in docs/configuration.md
+and docs/resilience.md and chosen for LLM traffic (long streams, slow first tokens).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
+import typing
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-if TYPE_CHECKING:
-    from .schema import Route
-
-_UNITS_MS = {"ms": 1.0, "s": 1_000.0, "m": 60_000.0, "h": 3_600_000.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-MAX_DURATION_MS = 365 * 24 * 3_600_000  # protobuf Durations are bounded; a year is plenty
-
-
-def parse_duration_ms(value: object) -> int:
-    """`"1m30s"` -> 90000. A bare 0 means zero; any other bare number needs a unit."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 30s or 250ms, got boolean {value}")
-    if isinstance(value, int | float):
-        if value == 0:
-            return 0
-        raise ValueError(f"a duration needs a unit: write {value}s or {value}ms, not {value}")
-    if not isinstance(value, str):
-        raise ValueError("expected a duration such as 30s or 250ms")
-    text = value.strip().lower()
-    if text == "0":
-        return 0
-    position, total = 0, 0.0
-    for match in _DURATION.finditer(text):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * _UNITS_MS[match.group(2)]
-        position = match.end()
-    if position != len(text) or not text:
-        raise ValueError(f"expected a duration such as 30s, 250ms, 2m or 1m30s, got {value!r}")
-    if total > MAX_DURATION_MS:
-        raise ValueError(f"duration {value!r} is longer than a year")
-    milliseconds = round(total)
-    if total > 0 and milliseconds == 0:
-        raise ValueError(f"duration {value!r} is shorter than 1ms")
-    return milliseconds
-
-
-def format_duration_ms(milliseconds: int) -> str:
-    """90000 -> "90s", 1500 -> "1500ms" (messages and docs)."""
-    if milliseconds % 1000 == 0:
-        return f"{milliseconds // 1000}s"
-    return f"{milliseconds}ms"
-
-
-# Milliseconds, written in YAML as a duration string.
-Duration = Annotated[int, BeforeValidator(parse_duration_ms)]
+from .durations import Duration
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -116,7 +72,8 @@ class Pool(_Section):
 
 
 class Timeouts(_Section):
-    """Tiered timeouts; each firing one has its own error `code` (README, errors table)."""
+    """Tiered timeouts; each firing one has its own error `code` (docs/architecture.md,
+    "Errors the gateway makes")."""
 
     # TCP connect plus TLS handshake to a provider (Envoy: cluster connect_timeout).
     connect: Duration = Field(default=3_000, ge=1)
@@ -325,7 +282,23 @@ def merge(base: _M, override: _M | None) -> _M:
     return base.model_copy(update=updates)
 
 
-def effective(defaults: Resilience, route: Route) -> Resilience:
+class Overrides(typing.Protocol):  # `Protocol` here is the http1/http2 Literal
+    """What `effective` reads of a route (schema.Route): its own resilience sections.
+
+    A protocol rather than schema.Route, so this module does not import schema.py
+    (which imports it)."""
+
+    @property
+    def pool(self) -> Pool | None: ...
+    @property
+    def timeouts(self) -> Timeouts | None: ...
+    @property
+    def retries(self) -> Retries | None: ...
+    @property
+    def outlier_detection(self) -> OutlierDetection | None: ...
+
+
+def effective(defaults: Resilience, route: Overrides) -> Resilience:
     """A route's settings: `defaults` overridden by the route's own sections."""
     return Resilience(
         pool=merge(defaults.pool, route.pool),

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .addresses import is_ip_address, split_host_port
 from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant
+from .durations import Duration
 from .resilience import (
-    Duration,
     HealthCheck,
     OutlierDetection,
     Pool,
@@ -131,6 +131,14 @@ class Provider(Strict):
             raise ValueError("base_url must not contain user:password@; use api_key instead")
         return value
 
+    @property
+    def health_check_path(self) -> str | None:
+        """The path Envoy health-checks (None without a health check): the check's own
+        path, else `<base_url path>/models` (answered without an API key by most providers)."""
+        if self.health_check is None:
+            return None
+        return self.health_check.path or f"{urlsplit(self.base_url).path.rstrip('/')}/models"
+
 
 class Backend(Strict):
     """One provider serving a route, with its share of traffic."""
@@ -160,6 +168,12 @@ class Fault(Strict):
 
     delay: FaultDelay | None = None
     abort: FaultAbort | None = None
+
+
+def normalize_path_prefix(prefix: str) -> str:
+    """Treat a prefix as a directory: "/v1" and "/v1/" both become "/v1/"; "/" stays "/".
+    So "/openai" does not match "/openaiX", and two spellings of one prefix are one."""
+    return prefix.rstrip("/") + "/"
 
 
 class Route(Strict):
@@ -246,6 +260,12 @@ class Config(Strict):
     # Who may call: client keys, limits, models, priority (empty: keys are not checked).
     tenants: list[Tenant] = Field(default_factory=list)
 
+    def ext_proc_processes(self) -> int:
+        """How many ext_proc servers count limits and gates (`count_ext_proc_processes`)."""
+        return count_ext_proc_processes(
+            len(self.sluicegate.ext_proc_replicas), self.admission.store.replicas
+        )
+
     def declared_rate_limits(self) -> list[RateLimits]:
         """Every rate_limits block: tenants', keys', routes' and providers'."""
         found = [tenant.rate_limits for tenant in self.tenants]
@@ -262,3 +282,10 @@ class Config(Strict):
             for limits in self.declared_rate_limits()
             for kind, _limit, _window in limits.limits()
         )
+
+
+def count_ext_proc_processes(replica_count: int, store_replicas: int) -> int:
+    """How many ext_proc servers share the limits and gates: the main one plus the
+    `sluicegate.ext_proc_replicas` that `up` starts, or `admission.store.replicas` when
+    that says more run elsewhere. Each gate's share is its total divided by this."""
+    return max(1 + replica_count, store_replicas)

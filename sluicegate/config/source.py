@@ -158,17 +158,46 @@ def _unreadable(file: str, line: int, message: str) -> ParsedYaml:
     return ParsedYaml(None, SourceMap(), [Problem(file, line, DOCUMENT, message)])
 
 
+# Errors inside something opened earlier and never closed: the user's mistake is where it
+# was opened (an unclosed `[` is found only at the next key, lines later), so that line is
+# reported and the later one named in the message.
+_OPENERS = {
+    "while parsing a flow sequence": "'['",
+    "while parsing a flow mapping": "'{'",
+    "while scanning a quoted scalar": "quote",
+}
+
+
 def _marked_error_line(exc: yaml.MarkedYAMLError) -> int:
+    if _opened_earlier(exc) and exc.context_mark is not None:
+        return int(exc.context_mark.line) + 1
     mark = exc.problem_mark or exc.context_mark
     return mark.line + 1 if mark is not None else 1
 
 
 def _marked_error_message(exc: yaml.MarkedYAMLError) -> str:
+    if _opened_earlier(exc) and exc.problem_mark is not None:
+        opener = _OPENERS[exc.context or ""]
+        return (
+            f"invalid YAML: a {opener} on this line is not closed before line "
+            f"{exc.problem_mark.line + 1}: {exc.problem}"
+        )
     message = f"invalid YAML: {exc.problem or exc.context or 'cannot parse'}"
     if exc.problem and exc.context:
         where = f" at line {exc.context_mark.line + 1}" if exc.context_mark is not None else ""
         message += f" ({exc.context}{where})"
     return message
+
+
+def _opened_earlier(exc: yaml.MarkedYAMLError) -> bool:
+    """Whether the error is in a flow collection or quoted text opened on an earlier line."""
+    return (
+        exc.context in _OPENERS
+        and exc.problem is not None
+        and exc.context_mark is not None
+        and exc.problem_mark is not None
+        and exc.context_mark.line < exc.problem_mark.line
+    )
 
 
 def _char(character: object) -> str:

@@ -12,17 +12,17 @@ from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from .admission import Admission
-from .document import Document, KeyRef
+from .document import Document, KeyRef, SettingsRoute
+from .durations import format_duration_ms
 from .keyhash import parse_key_hash
 from .problems import Problem, Severity
 from .resilience import (
     HealthCheck,
     Resilience,
     effective,
-    format_duration_ms,
     set_in,
 )
-from .schema import Provider, Route
+from .schema import Provider, Route, normalize_path_prefix
 from .sockets import check_sockets
 from .source import KeyPath, Locator, format_key_path
 
@@ -78,7 +78,7 @@ def check_models(doc: Document, at: Locator) -> Iterable[Problem]:
                 yield at.warning(path, f"model '{model}' is listed twice in route '{route.name}'")
                 continue
             listed.add(model)
-            key = (route.path_prefix, model)
+            key = (normalize_path_prefix(route.path_prefix), model)
             if key in owner:
                 other_r, other_m = owner[key]
                 other = dict(doc.routes)[other_r]
@@ -152,9 +152,7 @@ def check_provider_gates(doc: Document, at: Locator) -> Iterable[Problem]:
 def check_gate_shares(doc: Document, at: Locator) -> Iterable[Problem]:
     """Each ext_proc replica enforces its share of a gate, total ÷ replicas (at least 1):
     warn where the shares cannot add up to the total."""
-    replicas = 1 + len(doc.replica_addresses)
-    if doc.admission is not None:
-        replicas = max(replicas, doc.admission.store.replicas)
+    replicas = doc.ext_proc_processes()
     if replicas == 1:
         return
     gates = [("providers", i, p.concurrency) for i, p in doc.providers]
@@ -181,7 +179,7 @@ def check_unshared_limits(doc: Document, at: Locator) -> Iterable[Problem]:
     admission = doc.admission
     if admission is None or admission.store.kind != "memory":
         return
-    replicas = max(1 + len(doc.replica_addresses), admission.store.replicas)
+    replicas = doc.ext_proc_processes()
     if replicas == 1:
         return
     limited = [tenant.rate_limits for _, tenant in doc.tenants]
@@ -270,9 +268,8 @@ def check_protocols(doc: Document, at: Locator) -> Iterable[Problem]:
 
 def health_check_key(provider: Provider, check: HealthCheck) -> tuple[object, ...]:
     """What one route's health-checked providers must share (Envoy: one check per cluster)."""
-    path = check.path or f"{urlsplit(provider.base_url).path.rstrip('/')}/models"
     return (
-        path,
+        provider.health_check_path,
         check.interval,
         check.timeout,
         check.unhealthy_threshold,
@@ -359,34 +356,51 @@ def check_resilience(doc: Document, at: Locator) -> Iterable[Problem]:
     """Rules on the `defaults:` section, then on each route's effective settings.
 
     A problem found in `defaults` is reported there once; a route reports only problems
-    that involve a field the route itself sets.
+    that involve a field the route itself sets. A rule on a field that failed validation
+    stays quiet (its error is reported already; the default standing in for it is not
+    what the user wrote), so every other problem still shows in the same run.
     """
     defaults = doc.defaults
     if defaults is None:
         return
     for severity, fields, message in _setting_findings(defaults):
+        if _involves(fields, doc.defaults_dropped):
+            continue
         origin = next((f for f in fields if set_in(defaults, None, f) == "defaults"), fields[0])
         yield at.problem(("defaults", *origin), message, severity)
-    for r, route in doc.routes:
+    for item in doc.settings_routes:
+        r, route = item.index, item.route
         settings = effective(defaults, route)
         for severity, fields, message in _setting_findings(settings):
+            if _involves(fields, doc.defaults_dropped | item.dropped):
+                continue
             mine = [f for f in fields if set_in(defaults, route, f) == "route"]
             if mine:
                 path: KeyPath = ("routes", r, *mine[0])
                 yield at.problem(path, f"route '{route.name}': {message}", severity)
-        yield from _ejection_problems(doc, at, r, route, settings)
+        yield from _ejection_problems(doc, at, item, settings)
+
+
+def _involves(fields: Iterable[tuple[str, ...]], dropped: Iterable[KeyPath]) -> bool:
+    """Whether any of `fields` is, or is inside, a key that failed validation."""
+    dropped = tuple(dropped)
+    return any(field[: len(path)] == path for field in fields for path in dropped)
 
 
 def _ejection_problems(
-    doc: Document, at: Locator, r: int, route: Route, settings: Resilience
+    doc: Document, at: Locator, item: SettingsRoute, settings: Resilience
 ) -> Iterator[Problem]:
+    r, route = item.index, item.route
     outlier = settings.outlier_detection
     count = len(_route_providers(doc, route))
     if not outlier.enabled or count < 2:
         return
+    field_path = ("outlier_detection", "max_ejection_percent")
+    fields = (field_path, ("outlier_detection", "enabled"))
+    if _involves(fields, doc.defaults_dropped | item.dropped):
+        return
     # Envoy ejects only while (ejected + 1) / hosts stays within max_ejection_percent.
     if 100 / count > outlier.max_ejection_percent:
-        field_path = ("outlier_detection", "max_ejection_percent")
         origin = set_in(doc.defaults, route, field_path)
         path: KeyPath = (
             ("routes", r, *field_path)

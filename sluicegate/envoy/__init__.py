@@ -11,7 +11,7 @@ await envoy.stop()
 """
 
 from .admin import AdminError
-from .bootstrap import AdsMode, bootstrap_dict, bootstrap_yaml, make_bootstrap
+from .bootstrap import AdsMode, bootstrap_dict, bootstrap_json, bootstrap_yaml, make_bootstrap
 from .launcher import EnvoyProcess, EnvoyStartError, find_envoy_binary
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "EnvoyProcess",
     "EnvoyStartError",
     "bootstrap_dict",
+    "bootstrap_json",
     "bootstrap_yaml",
     "find_envoy_binary",
     "make_bootstrap",

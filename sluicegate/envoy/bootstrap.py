@@ -27,12 +27,12 @@ from google.protobuf import any_pb2, duration_pb2, json_format, struct_pb2, wrap
 
 from sluicegate import wire
 from sluicegate.config import is_ip_address, split_host_port
+from sluicegate.xds.resource import HTTP_PROTOCOL_OPTIONS
 
 from .address import socket_address
 
 AdsMode = Literal["sotw", "delta"]
 
-HTTP_PROTOCOL_OPTIONS: Final = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 DEFAULT_MAX_DOWNSTREAM_CONNECTIONS: Final = 50_000
 # The ext_proc cluster carries one gRPC stream per in-flight request (and per attempt),
 # held open for the request's whole life: Envoy's default of 1024 requests per cluster
@@ -241,6 +241,27 @@ def bootstrap_dict(bootstrap: bootstrap_pb2.Bootstrap) -> dict[str, Any]:
     return result
 
 
+def bootstrap_json(
+    node_id: str,
+    cluster: str = "sluicegate",
+    xds_address: str = "127.0.0.1:18000",
+    ext_proc_address: str | Sequence[str] = "127.0.0.1:18001",
+    admin_address: str = "127.0.0.1:9901",
+    ads_mode: AdsMode | str = "sotw",
+    **options: Any,
+) -> str:
+    """`make_bootstrap` as JSON, for an Envoy started elsewhere (a sidecar).
+
+    JSON because Envoy picks the parser by file name: a path without a .yaml/.yml ending,
+    such as the /dev/fd/63 of `envoy -c <(sluicegate bootstrap ...)`, is read as JSON only.
+    JSON is also YAML, so the same text works saved as bootstrap.yaml.
+    """
+    bootstrap = make_bootstrap(
+        node_id, cluster, xds_address, ext_proc_address, admin_address, ads_mode, **options
+    )
+    return json.dumps(bootstrap_dict(bootstrap), indent=2)
+
+
 def bootstrap_yaml(
     node_id: str,
     cluster: str = "sluicegate",
@@ -250,7 +271,8 @@ def bootstrap_yaml(
     ads_mode: AdsMode | str = "sotw",
     **options: Any,
 ) -> str:
-    """`make_bootstrap` as YAML, for an Envoy started elsewhere (a sidecar)."""
+    """`make_bootstrap` as commented YAML, to read or keep in a file named *.yaml (Envoy
+    reads YAML only from such a name; `bootstrap_json` works under any name)."""
     bootstrap = make_bootstrap(
         node_id, cluster, xds_address, ext_proc_address, admin_address, ads_mode, **options
     )

@@ -32,7 +32,7 @@ from .metadata import (
 )
 from .server import DEFAULT_MAX_MESSAGE_BYTES, ExtProcServer
 from .service import ExtProcService
-from .table import RouteInfo, RouteInfoLike, RouteLike, RoutingTable
+from .table import RouteInfo, RoutingTable
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -50,8 +50,6 @@ __all__ = [
     "KeyRing",
     "RouteFacts",
     "RouteInfo",
-    "RouteInfoLike",
-    "RouteLike",
     "RoutingTable",
     "admission_policy",
     "parse_endpoint_facts",

@@ -58,7 +58,7 @@ def inspect_request(body: bytes, *, max_output_tokens: int) -> RequestFacts:
     text = decode_utf8(body)
     members = find_members(text, READ_MEMBERS)
     return RequestFacts(
-        model=_model(members.get("model")),
+        model=read_model(members.get("model")),
         stream=_stream(members.get("stream")),
         include_usage=_include_usage(members.get("stream_options")),
         max_tokens=_max_tokens(members, max_output_tokens),
@@ -75,8 +75,9 @@ def _in_range(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _model(member: Member | None) -> str:
-    # Same answers as the routing stage: absent or "" is missing, null is a type error.
+def read_model(member: Member | None) -> str:
+    """The request's `model`: absent or "" is missing, anything but a string (null
+    included) a type error. The routing and admission stages both answer by this rule."""
     if member is None or member.value == "":
         raise BodyError("model", "model")
     if not isinstance(member.value, str):

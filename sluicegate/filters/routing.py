@@ -20,6 +20,7 @@ from . import counters as outcome
 from . import errors
 from .counters import Counters
 from .jsonbody import BodyError, decode_utf8, find_member
+from .request_facts import read_model
 from .responses import CONTINUE_REQUEST_HEADERS, PASS_THROUGH, common, request_headers_answer
 from .table import RoutingTable
 
@@ -38,17 +39,10 @@ BODILESS_ANSWER: Final = _bodiless_answer()
 def decide(body: bytes, table: RoutingTable, counters: Counters) -> bytes:
     """The serialized answer for a buffered request body."""
     try:
-        member = find_member(decode_utf8(body), "model")
+        model = read_model(find_member(decode_utf8(body), "model"))
     except BodyError as exc:
         counters.inc(STAGE, outcome.BAD_REQUEST)
         return errors.BODY_PROBLEMS[exc.problem]
-    if member is None or member.value == "":
-        counters.inc(STAGE, outcome.BAD_REQUEST)
-        return errors.MISSING_MODEL
-    model = member.value
-    if not isinstance(model, str):
-        counters.inc(STAGE, outcome.BAD_REQUEST)
-        return errors.MODEL_NOT_STRING
     answer = table.routed_answer(model)
     if answer is None:
         counters.inc(STAGE, outcome.MODEL_NOT_FOUND)

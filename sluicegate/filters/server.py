@@ -7,7 +7,9 @@ from typing import Final
 
 import grpc
 
-from .admission import AdmissionController, AdmissionPolicy
+from sluicegate.model import Gateway
+
+from .admission import AdmissionController, AdmissionPolicy, admission_policy
 from .counters import Counters
 from .service import ExtProcService
 from .table import RoutingTable
@@ -54,6 +56,12 @@ class ExtProcServer:
     def update_table(self, table: RoutingTable) -> None:
         """Atomically replace the served-model table (hot reload)."""
         self.service.update_table(table)
+
+    def load(self, gateway: Gateway) -> None:
+        """Adopt a resolved config (hot reload): admission policy first, then the routing
+        table, so a model the table routes is already known to admission."""
+        self.update_admission(admission_policy(gateway))
+        self.update_table(RoutingTable.from_model(gateway))
 
     @property
     def admission(self) -> AdmissionController:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
 
 from sluicegate import wire
+from sluicegate.model import Gateway, first_match
 
 from .responses import common, request_body_answer, set_header
 
@@ -17,33 +17,6 @@ class RouteInfo:
 
     route: str
     path_prefix: str = "/v1/"
-
-
-class RouteInfoLike(Protocol):
-    """Anything naming a route and its prefix (RouteInfo, the translator's ServedModel)."""
-
-    @property
-    def route(self) -> str: ...
-
-    @property
-    def path_prefix(self) -> str: ...
-
-
-class RouteLike(Protocol):
-    """The part of a configured route the table needs (e.g. `config.schema.Route`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def models(self) -> Sequence[str]: ...
-
-    @property
-    def path_prefix(self) -> str: ...
-
-
-# One entry: a model's route, or the routes serving it in match order (first is used).
-EntryValue: TypeAlias = RouteInfoLike | Sequence[RouteInfoLike]
 
 
 def _header_value(model: str) -> bytes:
@@ -91,54 +64,24 @@ class RoutingTable:
         return cls()
 
     @classmethod
-    def from_routes(cls, routes: Iterable[RouteLike]) -> RoutingTable:
-        """Build from configured routes; when two routes list a model, the first wins."""
-        table: dict[str, RouteInfo] = {}
-        candidates: dict[str, list[RouteInfo]] = {}
-        for route in routes:
-            # A prefix is a directory, as the translator treats it: "/v1" is "/v1/".
-            info = RouteInfo(route=route.name, path_prefix=route.path_prefix.rstrip("/") + "/")
-            for model in route.models:
-                table.setdefault(model, info)
-                candidates.setdefault(model, []).append(info)
-        return cls(table, candidates)
-
-    @classmethod
-    def from_entries(
-        cls, entries: Mapping[str, EntryValue] | Iterable[tuple[str, EntryValue]]
-    ) -> RoutingTable:
-        """Build from (model, route) pairs or a mapping; a sequence value uses its first
-        route, and a model listed twice keeps its first entry."""
-        pairs = entries.items() if isinstance(entries, Mapping) else entries
-        table: dict[str, RouteInfo] = {}
-        candidates: dict[str, list[RouteInfo]] = {}
-        for model, value in pairs:
-            values = value if isinstance(value, Sequence) else [value]
-            infos = [
-                item
-                if isinstance(item, RouteInfo)
-                else RouteInfo(route=item.route, path_prefix=item.path_prefix)
-                for item in values
-            ]
-            if not infos:
-                continue
-            table.setdefault(model, infos[0])
-            candidates.setdefault(model, []).extend(infos)
-        return cls(table, candidates)
+    def from_model(cls, gateway: Gateway) -> RoutingTable:
+        """The table of one resolved config: each model's routes in the model's match
+        order (model.match_order), so this stage picks the route Envoy will match."""
+        candidates = {
+            model: [RouteInfo(route.name, route.path_prefix) for route in routes]
+            for model, routes in gateway.served.items()
+        }
+        return cls({model: infos[0] for model, infos in candidates.items()}, candidates)
 
     def get(self, model: str) -> RouteInfo | None:
         return self._routes.get(model)
 
     def route_for(self, model: str, path: str | None) -> RouteInfo | None:
-        """The route Envoy will pick for `model` at `path`: the first whose prefix the path
-        starts with (route order, as Envoy matches), else the model's first route."""
+        """The route Envoy will pick for `model` at `path` (model.first_match)."""
         candidates = self._candidates.get(model)
-        if candidates is None or path is None:
+        if candidates is None:
             return self._routes.get(model)
-        for info in candidates:
-            if path.startswith(info.path_prefix):
-                return info
-        return self._routes.get(model)
+        return first_match(candidates, path)
 
     def models_under(self) -> Mapping[str, frozenset[str]]:
         """Path prefix -> the models served under it (what `<prefix>models` lists)."""

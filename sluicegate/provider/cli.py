@@ -5,16 +5,60 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import textwrap
 from collections.abc import Sequence
 
+from sluicegate.provider.app import PROVIDER_HEADER
+from sluicegate.provider.faults import (
+    HEADER_FAULT,
+    HEADER_FAULT_PROVIDER,
+    HEADER_ITL_MS,
+    HEADER_OUTPUT_TOKENS,
+    HEADER_RETRY_AFTER,
+    HEADER_TTFT_MS,
+    Fault,
+)
 from sluicegate.provider.server import run_mock_provider
 from sluicegate.provider.settings import MockProviderSettings, parse_models
 
 _DEFAULTS = MockProviderSettings()
 
 
+def request_headers_help() -> str:
+    """The per-request x-mock-* headers, named by the constants the mock reads them with."""
+    rows = [
+        (HEADER_FAULT, f"force this request's fault: {'|'.join(f.value for f in Fault)}"),
+        (
+            HEADER_FAULT_PROVIDER,
+            f"comma-separated --name values that {HEADER_FAULT} and {HEADER_RETRY_AFTER} "
+            "apply to (default: every provider)",
+        ),
+        (HEADER_RETRY_AFTER, "seconds of Retry-After with a 429 (overrides --retry-after-s)"),
+        (HEADER_TTFT_MS, "time to first token in ms (overrides --ttft-ms)"),
+        (HEADER_ITL_MS, "inter-token latency in ms (overrides --itl-ms)"),
+        (HEADER_OUTPUT_TOKENS, "tokens in the answer (overrides --output-tokens)"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    indent = " " * (width + 4)
+    lines = [
+        textwrap.fill(
+            f"  {name:<{width}}  {text}", 79, subsequent_indent=indent, break_on_hyphens=False
+        )
+        for name, text in rows
+    ]
+    return (
+        "request headers (per request, on top of the flags):\n"
+        + "\n".join(lines)
+        + f"\n\nEvery answer carries {PROVIDER_HEADER}: <--name>."
+    )
+
+
 def add_mock_provider_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the mock provider's flags to `parser` (a sub-command's parser, typically)."""
+    """Add the mock provider's flags to `parser` (a sub-command's parser, typically), and
+    list its x-mock-* request headers after them in --help."""
+    parser.epilog = request_headers_help()
+    # Keeps the epilog's table as written (argparse would rewrap it into one paragraph).
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     d = _DEFAULTS
     parser.add_argument("--name", default=d.name, help="provider name, sent as x-mock-provider")
     parser.add_argument("--host", default=d.host, help="address to bind (default %(default)s)")

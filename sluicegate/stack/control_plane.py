@@ -1,8 +1,9 @@
 """The control plane's one job: turn a config file into pushed state.
 
 It loads and validates the YAML, reads the provider keys (env or file) again,
-translates it (pure) into Envoy resources, hands the snapshot to the ADS cache
-(which pushes only what changed) and the routing table to the ext_proc filter.
+resolves it once (sluicegate.model), translates that (pure) into Envoy resources,
+hands the snapshot to the ADS cache (which pushes only what changed) and the same
+model to the ext_proc filter (routing table and admission policy).
 An invalid file never replaces the last good config: the error is kept for
 `/status` and logged with file:line.
 
@@ -16,20 +17,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluicegate.config import (
     Config,
     ConfigError,
-    drained_view,
     load_config,
     resolve_api_keys,
 )
-from sluicegate.filters import AdmissionPolicy, RoutingTable, admission_policy
+from sluicegate.model import Gateway, build_model
+from sluicegate.stack.rejection import log_rejection
 from sluicegate.xds.server import Snapshot, SnapshotCache
-from sluicegate.xds.translate import RouteMemo, build_ir, routing_table_entries, translate
+from sluicegate.xds.translate import RouteMemo, translate
 
 log = logging.getLogger("sluicegate.control_plane")
 
@@ -51,16 +52,15 @@ class ControlPlane:
         self,
         path: Path,
         cache: SnapshotCache,
-        on_routing_table: Callable[[RoutingTable], None] = lambda table: None,
-        on_admission: Callable[[AdmissionPolicy], None] = lambda policy: None,
+        on_model: Callable[[Gateway], None] = lambda gateway: None,
     ) -> None:
         self.path = path
         self.cache = cache
-        self.on_routing_table = on_routing_table
-        self.on_admission = on_admission
+        self.on_model = on_model
         self.config: Config | None = None
+        # The resolved model of the last good config (drains applied), as pushed.
+        self.model: Gateway | None = None
         self.snapshot: Snapshot | None = None
-        self.routing_table = RoutingTable.empty()
         self.last_outcome: ReloadOutcome | None = None
         self.reloads_ok = 0
         self.reloads_failed = 0
@@ -90,12 +90,7 @@ class ControlPlane:
             config = load_config(self.path)
             keys = resolve_api_keys(config, self.path)
         except ConfigError as err:
-            self.reloads_failed += 1
-            problems = [str(p) for p in err.problems]
-            for line in problems:
-                log.error("config rejected, last good config keeps serving: %s", line)
-            self.last_outcome = ReloadOutcome(ok=False, at=time.time(), problems=problems)
-            return self.last_outcome
+            return self._reject([str(p) for p in err.errors], err.warnings)
         self.keys = keys
         return self.publish(config)
 
@@ -115,23 +110,33 @@ class ControlPlane:
 
     def publish(self, config: Config) -> ReloadOutcome:
         """Translate config (with drains applied) and hand it to Envoy and the filter."""
-        effective, warnings = drained_view(config, self.drained)
-        for warning in warnings:
+        model = build_model(config, self.keys, self.drained)
+        for warning in model.warnings:
             log.warning("%s", warning)
-        ir = build_ir(effective, self.keys)
-        snapshot = Snapshot.from_resources(translate(ir, self._memo))
+        snapshot = Snapshot.from_resources(translate(model, self._memo))
+        # docs/xds-rules.md rule 14: a snapshot naming a resource it lacks is never
+        # published; the last good config (Envoy's and the filter's) keeps serving.
+        missing = self.cache.missing_references(snapshot)
+        if missing:
+            return self._reject([f"inconsistent snapshot, not published: {m}" for m in missing])
         changed = _changed_types(self.snapshot, snapshot)
         self.config = config
+        self.model = model
         self.snapshot = snapshot
         # Filter first: a model that Envoy is about to route must already be known to it.
-        self.routing_table = RoutingTable.from_entries(routing_table_entries(ir))
-        self.on_admission(admission_policy(config))
-        self.on_routing_table(self.routing_table)
+        self.on_model(model)
         self.cache.set_snapshot(snapshot)
         self.reloads_ok += 1
         self.last_outcome = ReloadOutcome(ok=True, at=time.time(), changed_types=changed)
         if changed:
             log.info("config %s published; changed: %s", self.path, ", ".join(changed))
+        return self.last_outcome
+
+    def _reject(self, problems: list[str], warnings: Iterable[object] = ()) -> ReloadOutcome:
+        """Keep serving the last good config, and say why the new one was not taken."""
+        self.reloads_failed += 1
+        log_rejection(log, problems, warnings)
+        self.last_outcome = ReloadOutcome(ok=False, at=time.time(), problems=problems)
         return self.last_outcome
 
 

@@ -22,11 +22,12 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from sluicegate.config import ConfigError, load_config, split_host_port
-from sluicegate.filters import ExtProcServer, RoutingTable, admission_policy
+from sluicegate.filters import ExtProcServer
+from sluicegate.model import build_model
 from sluicegate.stack.children import spawn, stop, wait_listening
 from sluicegate.stack.heap import settle_heap
+from sluicegate.stack.rejection import log_rejection
 from sluicegate.stack.watcher import watch_file
-from sluicegate.xds.translate import build_ir, routing_table_entries
 
 log = logging.getLogger("sluicegate.ext_proc")
 
@@ -36,13 +37,10 @@ def load_into(server: ExtProcServer, path: Path) -> bool:
     try:
         config = load_config(path)
     except ConfigError as err:
-        for problem in err.problems:
-            log.error("config rejected, last good config keeps serving: %s", problem)
+        log_rejection(log, err.errors, err.warnings)
         return False
     # Provider keys only shape Envoy's secrets, never the filter: none are read here.
-    ir = build_ir(config, {})
-    server.update_admission(admission_policy(config))
-    server.update_table(RoutingTable.from_entries(routing_table_entries(ir)))
+    server.load(build_model(config, {}))
     return True
 
 

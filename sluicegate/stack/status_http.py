@@ -60,7 +60,7 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
             "changed_types": outcome.changed_types,
         },
         "versions": {} if cp.snapshot is None else cp.snapshot.versions(),
-        "models": sorted(cp.routing_table),
+        "models": [] if cp.model is None else sorted(cp.model.served),
         "drained": sorted(
             cp.drained | {p.name for p in (cp.config.providers if cp.config else ()) if p.drain}
         ),

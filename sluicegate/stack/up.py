@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import signal
 import tempfile
 from dataclasses import dataclass
@@ -62,6 +63,10 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
     work_dir.mkdir(parents=True, exist_ok=True)
     addresses = config.sluicegate
     async with contextlib.AsyncExitStack() as stack:
+        if options.work_dir is None:
+            # A folder `up` made itself; first in, so it goes last, once every process
+            # writing into it has stopped. --work-dir keeps the logs.
+            stack.callback(shutil.rmtree, work_dir, ignore_errors=True)
         if options.start_mocks:
             mocks = await asyncio.to_thread(start_mocks, config, keys, work_dir)
             stack.callback(stop_mocks, mocks)
@@ -73,8 +78,7 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
         control_plane = ControlPlane(
             path,
             cache,
-            on_routing_table=ext_proc.update_table,
-            on_admission=ext_proc.update_admission,
+            on_model=ext_proc.load,
         )
         if not control_plane.load().ok:
             return 2

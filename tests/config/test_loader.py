@@ -48,12 +48,49 @@ def test_problem_str_and_config_error_text() -> None:
     assert str(error) == "a.yaml:1: version: missing\na.yaml:3: providers[1].base_url: bad"
 
 
+def test_config_error_keeps_errors_and_warnings_apart() -> None:
+    # One error (unknown provider) and one warning (a provider no route uses).
+    text = MINIMAL.replace("provider: alpha", "provider: gamma")
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, "t.yaml")
+    error = caught.value
+    assert [p.key_path for p in error.errors] == ["routes[0].backends[0].provider"]
+    assert [p.key_path for p in error.warnings] == ["providers[0].name"]
+    assert all(p.is_error for p in error.errors)
+    assert not any(p.is_error for p in error.warnings)
+    assert sorted(error.problems, key=str) == sorted(error.errors + error.warnings, key=str)
+
+
 def test_yaml_syntax_error_is_one_problem_at_its_line() -> None:
     text = "version: 1\nlisteners:\n  - name: gw\n    port: [10000\nproviders: []\n"
     problem = only(problems_of(text))
     assert (problem.file, problem.key_path) == ("t.yaml", "(document)")
-    assert problem.line == 5
-    assert problem.message.startswith("invalid YAML: ")
+    # The unclosed `[` is on line 4; YAML only notices at line 5.
+    assert problem.line == 4
+    assert problem.message == (
+        "invalid YAML: a '[' on this line is not closed before line 5: "
+        "did not find expected ',' or ']'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "opener", "found"),
+    [
+        ("version: 1\nroutes:\n  - models: [m, n\n    backends: []\n", 3, "'['", 4),
+        ("version: 1\nsluicegate: {xds: x\nlisteners: []\n", 2, "'{'", 3),
+        ('version: 1\nlisteners:\n  - name: "gw\n    port: 1\n', 3, "quote", 5),
+        ("a:\n  - [1, {x: 2\n  - 3\n", 2, "'{'", 4),
+    ],
+    ids=["sequence", "mapping", "quote", "nested"],
+)
+def test_unclosed_bracket_or_quote_is_reported_where_it_opens(
+    text: str, line: int, opener: str, found: int
+) -> None:
+    problem = only(problems_of(text))
+    assert problem.line == line
+    assert problem.message.startswith(
+        f"invalid YAML: a {opener} on this line is not closed before line {found}: "
+    )
 
 
 def test_yaml_bad_indentation_line() -> None:

@@ -195,7 +195,7 @@ async def gateway(
         patcher.setattr(AttemptStream, "_on_headers", recording)
         cache = RetryingCache()
         ext_proc = ExtProcServer()
-        plane = ControlPlane(path, cache, on_routing_table=ext_proc.update_table)
+        plane = ControlPlane(path, cache, on_model=ext_proc.load)
         assert plane.load().ok
         ads = await serve_ads(cache, "127.0.0.1:0")
         stack.push_async_callback(ads.stop, 0)

@@ -17,13 +17,12 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.matcher.v3 import http_inputs_pb2
 
 from sluicegate import wire
+from sluicegate.model import Gateway, build_model
 from sluicegate.xds.server import Snapshot
 from sluicegate.xds.translate import (
     CLUSTER,
     CREDENTIALS_FILTER,
     SECRET,
-    GatewayIR,
-    build_ir,
     secret_name,
     translate,
 )
@@ -54,8 +53,8 @@ KEYS: dict[str, str | None] = {
 }
 
 
-def ir_with(keys: dict[str, str | None] = KEYS) -> GatewayIR:
-    return build_ir(config_of(DOC), keys)
+def ir_with(keys: dict[str, str | None] = KEYS) -> Gateway:
+    return build_model(config_of(DOC), keys)
 
 
 def upstream_filters(cluster: Any) -> list[Any]:

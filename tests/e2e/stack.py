@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from sluicegate.testing.procfs import alive, children_of
 from tests.ports import free_ports
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -44,30 +45,6 @@ def own_addresses(**extra: Any) -> dict[str, Any]:
     ports = iter(free_ports(4))
     names = ("xds", "ext_proc", "http", "envoy_admin")
     return {**{name: f"127.0.0.1:{next(ports)}" for name in names}, **extra}
-
-
-def children_of(pid: int) -> list[int]:
-    """PIDs whose parent is pid (reads /proc; no psutil needed)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            found.append(int(entry.name))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 class Stack:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from sluicegate import wire
 from sluicegate.config import Config, hash_key, load_config_text
+from sluicegate.model import Gateway, build_model
 
 from .helpers import body_message, headers_message
 
@@ -30,6 +31,11 @@ def hashed(key: str) -> str:
 def config_of(text: str) -> Config:
     """A validated Config from (dedented) YAML text."""
     return load_config_text(textwrap.dedent(text), "x.yaml")
+
+
+def model_of(text: str) -> Gateway:
+    """The resolved model of (dedented) YAML text, as the stack builds it (no keys)."""
+    return build_model(config_of(text), {})
 
 
 # The document head most tests extend: one listener, two providers.

@@ -7,20 +7,24 @@ import json
 from sluicegate.config import load_config_text
 from sluicegate.filters import RoutingTable
 from sluicegate.filters.admission.listing import tenant_listing
+from sluicegate.model import build_model
 
 from .admission_helpers import HEAD, decode
 from .helpers import error_of
 
-TABLE = RoutingTable.from_routes(
-    load_config_text(
+TABLE = RoutingTable.from_model(
+    build_model(
+        load_config_text(
         HEAD
         + """\
 routes:
   - {name: chat, models: [a, b, shared], backends: [{provider: alpha}]}
   - {name: other, models: [c, shared], path_prefix: /openai/v1, backends: [{provider: beta}]}
 """,
-        "x.yaml",
-    ).routes
+            "x.yaml",
+        ),
+        {},
+    )
 )
 
 

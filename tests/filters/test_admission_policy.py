@@ -10,11 +10,11 @@ from sluicegate.filters.admission import (
     StoreSettings,
     admission_policy,
 )
-from sluicegate.filters.admission.policy import gate_name
 from sluicegate.filters.limiter import Limit
 from sluicegate.filters.queueing import ClassPolicy, GatePolicy
+from sluicegate.model import gate_name
 
-from .admission_helpers import HEAD, config_of, hashed
+from .admission_helpers import HEAD, hashed, model_of
 
 FULL = (
     (
@@ -99,7 +99,7 @@ routes:
 
 @pytest.fixture(scope="module")
 def policy() -> AdmissionPolicy:
-    return admission_policy(config_of(FULL))
+    return admission_policy(model_of(FULL))
 
 
 def test_tenants_with_priority_models_and_limits(policy: AdmissionPolicy) -> None:
@@ -118,7 +118,7 @@ def test_tenants_with_priority_models_and_limits(policy: AdmissionPolicy) -> Non
 
 def test_default_priority_follows_admission_default() -> None:
     text = FULL.replace("default_priority: standard", "default_priority: bulk")
-    policy = admission_policy(config_of(text))
+    policy = admission_policy(model_of(text))
     assert policy.default_priority == "bulk"
     assert policy.tenants["other"].priority == "bulk"
     assert policy.tenants["demo"].priority == "interactive"
@@ -241,7 +241,7 @@ def test_store_settings_from_yaml(policy: AdmissionPolicy) -> None:
 
 
 def test_store_defaults() -> None:
-    store = admission_policy(config_of(OPEN)).store
+    store = admission_policy(model_of(OPEN)).store
     assert store == StoreSettings()
     assert (store.kind, store.url, store.timeout_s, store.on_failure) == (
         "memory",
@@ -257,9 +257,9 @@ def test_replicas_count_at_least_the_ext_proc_servers_up_starts() -> None:
         "version: 1\n",
         "version: 1\nsluicegate: {ext_proc_replicas: [127.0.0.1:18101, 127.0.0.1:18102]}\n",
     )
-    assert admission_policy(config_of(listed)).store.replicas == 3
+    assert admission_policy(model_of(listed)).store.replicas == 3
     more = listed + "admission: {store: {replicas: 5}}\n"
-    assert admission_policy(config_of(more)).store.replicas == 5
+    assert admission_policy(model_of(more)).store.replicas == 5
 
 
 def test_each_replica_takes_its_share_of_a_gate() -> None:
@@ -270,10 +270,10 @@ def test_each_replica_takes_its_share_of_a_gate() -> None:
     ).replace(
         "    backends:", "    concurrency: {max_requests: 7, max_tokens: 30000}\n    backends:"
     )
-    gate = admission_policy(config_of(text)).gates["route:chat"]
+    gate = admission_policy(model_of(text)).gates["route:chat"]
     assert (gate.max_requests, gate.max_tokens) == (2, 10000)
     tiny = text.replace("max_requests: 7", "max_requests: 2")
-    assert admission_policy(config_of(tiny)).gates["route:chat"].max_requests == 1
+    assert admission_policy(model_of(tiny)).gates["route:chat"].max_requests == 1
 
 
 def test_keyring_holds_every_key(policy: AdmissionPolicy) -> None:
@@ -284,7 +284,7 @@ def test_keyring_holds_every_key(policy: AdmissionPolicy) -> None:
 
 
 def test_open_gateway_is_not_enabled() -> None:
-    policy = admission_policy(config_of(OPEN))
+    policy = admission_policy(model_of(OPEN))
     assert policy.keyring is None
     assert dict(policy.tenants) == {} and dict(policy.gates) == {}
     assert policy.routes["chat"].gates == ()
@@ -294,31 +294,31 @@ def test_open_gateway_is_not_enabled() -> None:
 def test_enabled_by_tenants_by_a_gate_or_by_a_limit(policy: AdmissionPolicy) -> None:
     assert policy.enabled
     gate = OPEN.replace("    backends:", "    concurrency: {max_requests: 1}\n    backends:")
-    assert admission_policy(config_of(gate)).enabled
+    assert admission_policy(model_of(gate)).enabled
     limit = OPEN.replace("    backends:", "    rate_limits: {requests: 5}\n    backends:")
-    assert admission_policy(config_of(limit)).enabled
+    assert admission_policy(model_of(limit)).enabled
     provider_gate = OPEN.replace(
         "    base_url: http://127.0.0.1:18081/v1\n",
         "    base_url: http://127.0.0.1:18081/v1\n    concurrency: {max_requests: 1}\n",
     )
-    gated = admission_policy(config_of(provider_gate))
+    gated = admission_policy(model_of(provider_gate))
     assert gated.routes["chat"].gates == ("provider:alpha",)
     assert gated.enabled
     provider_limit = OPEN.replace(
         "    base_url: http://127.0.0.1:18081/v1\n",
         "    base_url: http://127.0.0.1:18081/v1\n    rate_limits: {requests: 1}\n",
     )
-    limited = admission_policy(config_of(provider_limit))
+    limited = admission_policy(model_of(provider_limit))
     assert limited.routes["chat"].provider_limits
     tenant = OPEN + f"tenants:\n  - name: t\n    keys: [{{name: k, hash: '{hashed('sk-t')}'}}]\n"
-    assert admission_policy(config_of(tenant)).enabled
+    assert admission_policy(model_of(tenant)).enabled
 
 
 def test_all_null_route_limits_do_not_enable_admission() -> None:
     text = OPEN.replace(
         "    backends:", "    rate_limits: {requests: null, tokens: null}\n    backends:"
     )
-    policy = admission_policy(config_of(text))
+    policy = admission_policy(model_of(text))
     assert policy.limits_for(None, "chat", "m") == ()
     assert not policy.enabled
 
@@ -328,7 +328,7 @@ def test_provider_limits_alone_enable_admission() -> None:
         "    base_url: http://127.0.0.1:18081/v1\n",
         "    base_url: http://127.0.0.1:18081/v1\n    rate_limits: {requests: 1}\n",
     )
-    policy = admission_policy(config_of(text))
+    policy = admission_policy(model_of(text))
     assert policy.limits_for(None, "chat", "m") == (
         Limit("provider", "alpha", "requests", 1, 60.0),
     )

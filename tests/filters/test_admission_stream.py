@@ -21,10 +21,10 @@ from sluicegate.filters.routing import decide
 from .admission_helpers import (
     HEAD,
     Stream,
-    config_of,
     hashed,
     immediate,
     metadata_of,
+    model_of,
     prompt_estimate,
     sample,
     wait_until,
@@ -88,9 +88,7 @@ PROMPT = prompt_estimate()  # chat_body's prompt estimate ("hi")
 async def serving(text: str) -> AsyncIterator[tuple[ExtProcServer, grpc.aio.Channel]]:
     """A started server with the config's table and admission policy."""
     server = ExtProcServer()
-    config = config_of(text)
-    server.update_table(RoutingTable.from_routes(config.routes))
-    server.update_admission(admission_policy(config))
+    server.load(model_of(text))
     await server.start("127.0.0.1:0")
     try:
         async with grpc.aio.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
@@ -549,8 +547,8 @@ OPEN_BODIES = [
 async def test_open_gateway_routes_exactly_as_without_admission() -> None:
     """Without tenants, limits or gates, every answer is the routing stage's own
     (`routing.decide`, the path from before admission existed)."""
-    assert not admission_policy(config_of(OPEN)).enabled
-    table = RoutingTable.from_routes(config_of(OPEN).routes)
+    assert not admission_policy(model_of(OPEN)).enabled
+    table = RoutingTable.from_model(model_of(OPEN))
     async with serving(OPEN) as (_, open_channel):
         for body in OPEN_BODIES:
             stream = Stream(open_channel)

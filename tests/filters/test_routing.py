@@ -10,6 +10,7 @@ import pytest
 from sluicegate import wire
 from sluicegate.filters import ExtProcServer, RouteInfo, RoutingTable
 
+from .admission_helpers import HEAD, model_of
 from .helpers import body_message, error_of, exchange, headers_message, routed_model, set_headers
 
 ROUTING = wire.STAGE_ROUTING
@@ -207,13 +208,20 @@ async def test_internal_bug_is_500_and_the_stream_goes_on(
     assert ext_proc.counters.get(ROUTING, "internal_error") == 1
 
 
-def test_table_from_routes_first_route_wins():
-    class Route:
-        def __init__(self, name: str, models: list[str], path_prefix: str = "/v1/"):
-            self.name, self.models, self.path_prefix = name, models, path_prefix
-
-    table = RoutingTable.from_routes([Route("a", ["m1", "m2"]), Route("b", ["m2"], "/b/")])
+def test_table_from_model_first_route_wins():
+    table = RoutingTable.from_model(
+        model_of(
+            HEAD
+            + """\
+routes:
+  - {name: a, models: [m1, m2], backends: [{provider: alpha}]}
+  - {name: b, models: [m2], path_prefix: /b, backends: [{provider: alpha}]}
+"""
+        )
+    )
     assert table.get("m2") == RouteInfo("a", "/v1/")
+    assert table.route_for("m2", "/b/chat/completions") == RouteInfo("b", "/b/")
+    assert table.route_for("m2", "/elsewhere") == RouteInfo("a", "/v1/")
     assert set(table) == {"m1", "m2"} and len(table) == 2 and "m1" in table
     assert table.routed_answer("m3") is None
 

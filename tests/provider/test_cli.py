@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from sluicegate.provider import (
+    Fault,
     MockProviderSettings,
     add_mock_provider_arguments,
     settings_from_args,
@@ -100,3 +102,29 @@ def test_threaded_provider_for_sync_callers() -> None:
         assert provider.configure(output_tokens=2).output_tokens == 2
         provider.reset_stats()
         assert provider.stats()["requests_total"] == 0
+
+
+def _mock_request_headers() -> set[str]:
+    """Every x-mock-* name the mock's fault module spells out (what it reads per request)."""
+    from sluicegate.provider import faults
+
+    return set(re.findall(r'"(x-mock-[a-z0-9-]+)"', Path(faults.__file__).read_text()))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["-m", "sluicegate", "mock-provider"], ["-m", "sluicegate.provider"]],
+    ids=["sluicegate-mock-provider", "python-m-sluicegate.provider"],
+)
+def test_help_lists_every_request_header(command: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, *command, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    headers = _mock_request_headers()
+    assert {"x-mock-fault", "x-mock-ttft-ms", "x-mock-output-tokens"} <= headers
+    epilog = result.stdout.split("request headers", 1)[-1]
+    listed = set(re.findall(r"^  (x-mock-[a-z0-9-]+) ", epilog, flags=re.MULTILINE))
+    assert listed == headers, result.stdout
+    for fault in Fault:
+        assert fault.value in epilog, fault

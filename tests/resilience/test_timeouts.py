@@ -1,5 +1,5 @@
-"""Tiered timeouts, end to end: each fires where the README says, with its own error code,
-and none of them cuts a stream that keeps producing tokens.
+"""Tiered timeouts, end to end: each fires where docs/resilience.md ("Timeouts: what fires
+when") says, with its own error code, and none of them cuts a stream that keeps producing tokens.
 
 One stack, one route per timeout under test (route-level overrides of `defaults:`),
 retries off where a single attempt is being timed. The >15 s stream is the slow test

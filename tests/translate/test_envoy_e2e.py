@@ -23,8 +23,10 @@ import pytest_asyncio
 from aiohttp import web
 
 from sluicegate import wire
+from sluicegate.model import Gateway as ResolvedGateway
+from sluicegate.model import build_model
 from sluicegate.provider import make_test_ca
-from sluicegate.xds.translate import GatewayIR, build_ir, models_list_json, translate
+from sluicegate.xds.translate import models_list_json, translate
 from tests.ports import free_port
 
 from . import fake_ext_proc
@@ -48,7 +50,7 @@ class Upstream:
 @dataclass
 class Gateway:
     url: str
-    ir: GatewayIR
+    ir: ResolvedGateway
     upstreams: dict[str, Upstream]
     ext_proc: fake_ext_proc.FakeExtProc
 
@@ -116,7 +118,7 @@ routes:
   - {{name: tls, models: [secure-model], backends: [{{provider: secure}}]}}
   - {{name: impostor, models: [impostor-model], backends: [{{provider: impostor}}]}}
 """
-    ir = build_ir(config_of(document), {"alpha": "sk-alpha", "secure": "sk-secure"})
+    ir = build_model(config_of(document), {"alpha": "sk-alpha", "secure": "sk-secure"})
     server, servicer = await fake_ext_proc.start(ext_proc_port)
     bootstrap = static_bootstrap(translate(ir), ext_proc_port=ext_proc_port)
     try:

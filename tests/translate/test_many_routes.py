@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from sluicegate.config import Config
-from sluicegate.xds.translate import ROUTE, build_ir, models_list_json, translate
+from sluicegate.model import build_model
+from sluicegate.xds.translate import ROUTE, models_list_json, translate
 
 from .envoy_harness import static_bootstrap, validate
 
@@ -28,7 +29,7 @@ def many_models(count: int) -> Config:
 
 
 def test_route_config_allows_the_models_list_body() -> None:
-    ir = build_ir(many_models(300), {})
+    ir = build_model(many_models(300), {})
     body = models_list_json(ir)
     assert len(body) > 4096  # Envoy's default limit for direct response bodies
     (route_config,) = translate(ir)[ROUTE]
@@ -37,6 +38,6 @@ def test_route_config_allows_the_models_list_body() -> None:
 
 @pytest.mark.e2e
 def test_envoy_accepts_hundreds_of_models(tmp_path: Path) -> None:
-    resources = translate(build_ir(many_models(300), {}))
+    resources = translate(build_model(many_models(300), {}))
     result = validate(static_bootstrap(resources, ext_proc_port=1), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from sluicegate.config import load_config_text
-from sluicegate.xds.translate import RouteMemo, build_ir, translate
+from sluicegate.model import build_model
+from sluicegate.xds.translate import RouteMemo, translate
 
 from .cases import CASES
 
@@ -22,7 +23,7 @@ def _serialized(resources: dict[str, list[Any]]) -> dict[str, list[bytes]]:
 
 
 def _ir(text: str, keys: dict[str, str | None]) -> Any:
-    return build_ir(load_config_text(text, "case.yaml"), keys)
+    return build_model(load_config_text(text, "case.yaml"), keys)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -15,14 +14,12 @@ from envoy.extensions.retry.priority.previous_priorities.v3 import (
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
+from sluicegate.model import Gateway, build_model
 from sluicegate.xds.translate import (
     CLUSTER,
     ENDPOINT,
     LISTENER,
     ROUTE,
-    GatewayIR,
-    TranslateError,
-    build_ir,
     translate,
 )
 from sluicegate.xds.translate.upstream_errors import UPSTREAM_ERRORS
@@ -33,7 +30,7 @@ from .test_rules import hcm_of
 HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 
-def gateway(routes: str, providers: str = "", defaults: str = "") -> GatewayIR:
+def gateway(routes: str, providers: str = "", defaults: str = "") -> Gateway:
     document = (
         "version: 1\n"
         + (f"defaults:\n{defaults}\n" if defaults else "")
@@ -43,16 +40,16 @@ def gateway(routes: str, providers: str = "", defaults: str = "") -> GatewayIR:
         "  - {name: c, base_url: 'http://10.0.0.3:8000/v1'}\n"
         f"{providers}routes:\n{routes}\n"
     )
-    return build_ir(config_of(document), {})
+    return build_model(config_of(document), {})
 
 
-def cluster(ir: GatewayIR, name: str = "r") -> cluster_pb2.Cluster:
+def cluster(ir: Gateway, name: str = "r") -> cluster_pb2.Cluster:
     (found,) = [c for c in translate(ir)[CLUSTER] if c.name == f"route-{name}"]
     assert isinstance(found, cluster_pb2.Cluster)
     return found
 
 
-def action(ir: GatewayIR, name: str = "r") -> rc.RouteAction:
+def action(ir: Gateway, name: str = "r") -> rc.RouteAction:
     config = translate(ir)[ROUTE][0]
     assert isinstance(config, route_pb2.RouteConfiguration)
     (found,) = {r.name: r for r in config.virtual_hosts[0].routes if r.name == name}.values()
@@ -214,7 +211,7 @@ def test_pool_reuse_settings() -> None:
 
 
 def test_http2_provider_gets_http2_options_and_alpn() -> None:
-    ir = ir_of("resilience")
+    ir = ir_of("http2_provider")
     found = cluster(ir, "h2")
     h2 = http_options(found).explicit_http_config.http2_protocol_options
     assert h2.max_concurrent_streams.value == 50
@@ -233,16 +230,8 @@ def test_http2_provider_gets_http2_options_and_alpn() -> None:
     assert not options.HasField("connection_keepalive")
 
 
-def test_mixed_protocols_cannot_be_translated() -> None:
-    with pytest.raises(TranslateError, match="different protocols"):
-        gateway(
-            "  - {name: r, models: [m], backends: [{provider: a}, {provider: h}]}",
-            providers="  - {name: h, base_url: 'http://10.0.0.9/v1', protocol: http2}\n",
-        )
-
-
 def test_health_checks_per_route_cluster_and_opt_out_per_endpoint() -> None:
-    ir = ir_of("resilience")
+    ir = ir_of("health_check")
     (check,) = cluster(ir, "checked").health_checks
     assert check.http_health_check.path == "/v1/models"
     assert [(r.start, r.end) for r in check.http_health_check.expected_statuses] == [

@@ -19,15 +19,8 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import any_pb2, symbol_database
 from google.rpc import status_pb2
 
-from sluicegate.xds.server import (
-    CLUSTER,
-    ENDPOINT,
-    LISTENER,
-    ROUTE,
-    Snapshot,
-    SnapshotCache,
-    bound_port,
-)
+from sluicegate.xds.resource import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from sluicegate.xds.server import Snapshot, SnapshotCache, bound_port
 from sluicegate.xds.server.stream import GRPC_EOF
 
 #: Bound on any single wait in these tests.

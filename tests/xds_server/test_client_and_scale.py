@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import grpc
 
-from sluicegate.xds.server import CLUSTER, ENDPOINT, LISTENER, ROUTE, AdsClient
+from sluicegate.testing.ads_client import AdsClient
+from sluicegate.xds.resource import CLUSTER, ENDPOINT, LISTENER, ROUTE
 
 from .helpers import Ads, snapshot
 

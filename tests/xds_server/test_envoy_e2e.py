@@ -15,16 +15,8 @@ import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 
 from sluicegate.envoy import find_envoy_binary
-from sluicegate.xds.server import (
-    CLUSTER,
-    ENDPOINT,
-    LISTENER,
-    ROUTE,
-    Snapshot,
-    SnapshotCache,
-    bound_port,
-    serve_ads,
-)
+from sluicegate.xds.resource import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from sluicegate.xds.server import Snapshot, SnapshotCache, bound_port, serve_ads
 from tests.ports import free_port
 
 from .helpers import cla, cluster, listener, route
@@ -34,7 +26,6 @@ NODE = "e2e-envoy"
 
 def envoy_binary() -> str:
     return find_envoy_binary()
-
 
 
 def bootstrap(ads_port: int, api_type: str) -> dict[str, Any]:

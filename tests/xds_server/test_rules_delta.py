@@ -1,4 +1,4 @@
-"""The 13 xDS rules of DESIGN.md on incremental (delta) ADS, over raw gRPC."""
+"""The xDS rules of docs/xds-rules.md (1-13) on incremental (delta) ADS, over raw gRPC."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 import grpc
 import pytest
 
-from sluicegate.xds.server import CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot
+from sluicegate.xds.resource import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from sluicegate.xds.server import Snapshot
 
 from .helpers import Ads, cla, cluster, listener, names_of, route, snapshot
 
@@ -98,7 +99,10 @@ async def test_rule_7_delta_sends_only_changed_resources(ads: Ads) -> None:
     await raw.ack(await raw.recv())
     ads.cache.set_snapshot(snapshot(["a", "b", "c"]))
     await raw.quiet()
-    changed = Snapshot.from_resources({CLUSTER: [cluster("a"), cluster("b", 5), cluster("c")]})
+    changed = Snapshot.from_resources({
+        CLUSTER: [cluster("a"), cluster("b", 5), cluster("c")],
+        ENDPOINT: [cla(c) for c in "abc"],
+    })  # fmt: skip
     ads.cache.set_snapshot(changed)
     response = await raw.recv()
     assert names_of(response) == ["b"] and not response.removed_resources
@@ -128,6 +132,7 @@ async def test_rule_9_delta_wildcard(ads: Ads) -> None:
     await legacy.quiet()
     ads.cache.set_snapshot(Snapshot.from_resources({
         CLUSTER: [cluster("a", 7), cluster("b", 7), cluster("c")],
+        ENDPOINT: [cla(c) for c in "abc"],
     }))  # fmt: skip
     assert names_of(await legacy.recv()) == ["a"]
     await legacy.quiet()

@@ -1,4 +1,4 @@
-"""The 13 xDS rules of DESIGN.md on state-of-the-world ADS, over raw gRPC."""
+"""The xDS rules of docs/xds-rules.md (1-13) on state-of-the-world ADS, over raw gRPC."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 import grpc
 import pytest
 
-from sluicegate.xds.server import CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot
+from sluicegate.xds.resource import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from sluicegate.xds.server import Snapshot
 
 from .helpers import Ads, cla, cluster, listener, names_of, route, snapshot
 

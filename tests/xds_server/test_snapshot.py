@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluicegate.xds.server import CLUSTER, ENDPOINT, LISTENER, ROUTE, Snapshot
+from sluicegate.xds.resource import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from sluicegate.xds.server import Snapshot
 
 from .helpers import cla, cluster, route, snapshot
 

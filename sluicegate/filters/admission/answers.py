@@ -1,8 +1,9 @@
 """What the admission stage tells a client: OpenAI-style errors and x-ratelimit-* values.
 
-OpenAI's conventions (ENVOY-NOTES.md): 401 for a missing or wrong key, 429 with
-`Retry-After` (seconds) and `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`
-(resets written like `6m0s`), error `type` "requests" or "tokens" on a rate limit. A
+OpenAI's conventions (docs/architecture.md, "Errors the gateway makes"): 401 for a
+missing or wrong key, 429 with `Retry-After` (seconds) and
+`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` (resets written like `6m0s`),
+error `type` "requests" or "tokens" on a rate limit. A
 request that could never fit a limit carries `x-should-retry: false`, which the official
 SDKs obey, so they do not retry it in a loop.
 """

@@ -1,6 +1,6 @@
 """The admission policy: the config's tenants, limits and gates, resolved for the filter.
 
-Built once per config load (pure, from a validated Config) and swapped whole on reload,
+Built once per config load (pure, from the resolved model) and swapped whole on reload,
 like the routing table: a request reads one consistent policy.
 """
 
@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from sluicegate.config import Concurrency, Config, RateLimits
+from sluicegate.config import Concurrency, RateLimits
+from sluicegate.model import Gateway, gate_name
 
 from ..limiter import Limit, OnFailure
 from ..queueing import ClassPolicy, GatePolicy
@@ -42,11 +43,6 @@ class RoutePolicy:
     model_limits: Mapping[str, tuple[Limit, ...]] = field(default_factory=dict)
     # The limits of the route's provider when it sends to that provider alone.
     provider_limits: tuple[Limit, ...] = ()
-
-
-def gate_name(kind: str, name: str) -> str:
-    """`route:chat`, `provider:local`: one namespace for both kinds of gate."""
-    return f"{kind}:{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +117,10 @@ def _limits(scope: str, name: str, rate_limits: RateLimits | None) -> tuple[Limi
     )
 
 
-def admission_policy(config: Config) -> AdmissionPolicy:
-    """Resolve the admission parts of a validated config."""
-    admission = config.admission
+def admission_policy(gateway: Gateway) -> AdmissionPolicy:
+    """The admission stage's view of a resolved config (sluicegate.model): its tenants,
+    limits and gates turned into the limiter's and the gates' own types."""
+    admission = gateway.admission
     class_policies = tuple(
         ClassPolicy(
             name=item.name,
@@ -132,25 +129,7 @@ def admission_policy(config: Config) -> AdmissionPolicy:
         )
         for item in admission.priority_classes
     )
-    tenants = {
-        tenant.name: TenantPolicy(
-            name=tenant.name,
-            priority=admission.priority_of(tenant),
-            allowed_models=None if tenant.models is None else frozenset(tenant.models),
-            limits=_limits(SCOPE_TENANT, tenant.name, tenant.rate_limits),
-        )
-        for tenant in config.tenants
-    }
-    key_limits = {
-        key.name: _limits(SCOPE_KEY, key.name, key.rate_limits)
-        for tenant in config.tenants
-        for key in tenant.keys
-        if key.rate_limits is not None
-    }
-
-    store = admission.store
-    # ext_proc processes: those `up` starts are known; more may run elsewhere (store.replicas).
-    replicas = max(store.replicas, len(config.sluicegate.ext_proc_servers))
+    replicas = admission.ext_proc_processes
 
     def gate_policy(concurrency: Concurrency) -> GatePolicy:
         # A gate's capacities are the route's (or provider's) totals: each replica takes
@@ -164,53 +143,58 @@ def admission_policy(config: Config) -> AdmissionPolicy:
             max_queued=admission.max_queued,
         )
 
-    limits_of_provider = {provider.name: provider.rate_limits for provider in config.providers}
     gates: dict[str, GatePolicy] = {}
-    for provider in config.providers:
-        if provider.concurrency is not None:
-            gates[gate_name("provider", provider.name)] = gate_policy(provider.concurrency)
-    routes = {}
-    for route in config.routes:
-        names: list[str] = []
-        if route.concurrency is not None:
-            names.append(gate_name("route", route.name))
-            gates[names[-1]] = gate_policy(route.concurrency)
-        # A provider's gate covers only routes that send to it alone: the gate is taken
-        # before Envoy chooses among a route's providers.
-        providers = {backend.provider for backend in route.backends}
-        provider_limits: tuple[Limit, ...] = ()
-        if len(providers) == 1:
-            only = next(iter(providers))
-            provider_gate = gate_name("provider", only)
-            if provider_gate in gates:
-                names.append(provider_gate)
-            provider_limits = _limits(SCOPE_PROVIDER, only, limits_of_provider.get(only))
+    routes: dict[str, RoutePolicy] = {}
+    for route in gateway.routes:
+        for gate in route.gates:
+            gates.setdefault(gate.name, gate_policy(gate.concurrency))
+        only = route.sole_provider
         routes[route.name] = RoutePolicy(
             name=route.name,
-            default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
-            gates=tuple(names),
+            default_max_tokens=route.default_max_tokens,
+            gates=tuple(gate.name for gate in route.gates),
             model_limits={
                 model: limits
                 for model in route.models
                 if (limits := _limits(SCOPE_MODEL, model, route.rate_limits))
             },
-            provider_limits=provider_limits,
+            provider_limits=()
+            if only is None
+            else _limits(SCOPE_PROVIDER, only.name, only.rate_limits),
         )
+    # A provider's gate exists even when no route sends to it alone (it then gates nothing).
+    for provider in gateway.providers:
+        if provider.concurrency is not None:
+            name = gate_name("provider", provider.name)
+            gates.setdefault(name, gate_policy(provider.concurrency))
+    tenants = gateway.tenants
+    store = admission.store
     return AdmissionPolicy(
-        keyring=KeyRing(
-            (tenant.name, key.name, key.hash) for tenant in config.tenants for key in tenant.keys
-        )
-        if config.tenants
+        keyring=KeyRing((t.name, key.name, key.hash) for t in tenants for key in t.keys)
+        if tenants
         else None,
-        tenants=tenants,
-        key_limits=key_limits,
+        tenants={
+            t.name: TenantPolicy(
+                name=t.name,
+                priority=t.priority,
+                allowed_models=t.models,
+                limits=_limits(SCOPE_TENANT, t.name, t.rate_limits),
+            )
+            for t in tenants
+        },
+        key_limits={
+            key.name: _limits(SCOPE_KEY, key.name, key.rate_limits)
+            for t in tenants
+            for key in t.keys
+            if key.rate_limits is not None
+        },
         classes=admission.class_names,
         default_priority=admission.default_priority,
         routes=routes,
         gates=gates,
         default_max_tokens=admission.default_max_tokens,
         max_output_tokens=admission.max_output_tokens,
-        counts_tokens=config.counts_tokens(),
+        counts_tokens=admission.counts_tokens,
         store=StoreSettings(
             kind=store.kind,
             url=store.url,

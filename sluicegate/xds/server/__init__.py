@@ -1,7 +1,8 @@
-"""The ADS server room: snapshots, the cache that pushes them, the gRPC
-servicer (SotW and delta) and a small ADS client for tests and benchmarks.
+"""The ADS server room: snapshots, the cache that pushes them and the gRPC
+servicer (SotW and delta). Resource types live in `sluicegate.xds.resource`;
+the ADS client that tests and benchmarks use, in `sluicegate.testing.ads_client`.
 
-Decisions (the rule numbers are DESIGN.md's "xDS rules"):
+Decisions (the rule numbers are those of docs/xds-rules.md):
 
 - Rule 2: a request without type_url ends the stream with INVALID_ARGUMENT.
 - Rule 3: a response's version is a hash of the names and per-resource
@@ -20,12 +21,12 @@ Decisions (the rule numbers are DESIGN.md's "xDS rules"):
   out last. Clusters that changed get their endpoints resent even if those
   did not change: Envoy keeps a changed cluster warming (and its CDS ACK
   back) until it has them.
+- Rule 14: `SnapshotCache.set_snapshot` refuses (raises `InconsistentSnapshot`)
+  a snapshot lacking a resource another in it names over ADS; the last good
+  snapshot keeps serving.
 """
 
-from sluicegate.xds.server.cache import SnapshotCache
-from sluicegate.xds.server.client import AdsClient, Received
-from sluicegate.xds.server.server import AdsServicer, bound_port, serve_ads
-from sluicegate.xds.server.snapshot import (
+from sluicegate.xds.resource import (
     CLUSTER,
     ENDPOINT,
     FULL_STATE_TYPES,
@@ -33,11 +34,19 @@ from sluicegate.xds.server.snapshot import (
     PUSH_ORDER,
     ROUTE,
     SECRET,
-    ResourceEntry,
-    Snapshot,
 )
+from sluicegate.xds.server.cache import SnapshotCache
+from sluicegate.xds.server.consistency import (
+    InconsistentSnapshot,
+    MissingReference,
+    missing_references,
+)
+from sluicegate.xds.server.server import AdsServicer, bound_port, serve_ads
+from sluicegate.xds.server.snapshot import ResourceEntry, Snapshot
 from sluicegate.xds.server.status import AdsStatus, NackRecord, NodeStatus, TypeStatus
 
+# The type URLs live in sluicegate.xds.resource; they are re-exported here for callers
+# that import them with the server.
 __all__ = [
     "CLUSTER",
     "ENDPOINT",
@@ -46,16 +55,17 @@ __all__ = [
     "PUSH_ORDER",
     "ROUTE",
     "SECRET",
-    "AdsClient",
     "AdsServicer",
     "AdsStatus",
+    "InconsistentSnapshot",
+    "MissingReference",
     "NackRecord",
     "NodeStatus",
-    "Received",
     "ResourceEntry",
     "Snapshot",
     "SnapshotCache",
     "TypeStatus",
     "bound_port",
+    "missing_references",
     "serve_ads",
 ]

@@ -14,22 +14,10 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2
 
-TYPE_PREFIX = "type.googleapis.com/"
-LISTENER = TYPE_PREFIX + "envoy.config.listener.v3.Listener"
-ROUTE = TYPE_PREFIX + "envoy.config.route.v3.RouteConfiguration"
-CLUSTER = TYPE_PREFIX + "envoy.config.cluster.v3.Cluster"
-ENDPOINT = TYPE_PREFIX + "envoy.config.endpoint.v3.ClusterLoadAssignment"
-SECRET = TYPE_PREFIX + "envoy.extensions.transport_sockets.tls.v3.Secret"
-
-#: Types whose SotW responses carry the full state (rule 8: missing = deleted).
-FULL_STATE_TYPES = frozenset({LISTENER, CLUSTER})
-
-#: Make-before-break order for pushes (rule 12). Unknown types go after these.
-PUSH_ORDER = (SECRET, CLUSTER, ENDPOINT, LISTENER, ROUTE)
+from sluicegate.xds.resource import TYPE_PREFIX, resource_name
 
 _VERSION_CHARS = 16
 
@@ -48,26 +36,6 @@ def view_version(entries: Mapping[str, ResourceEntry]) -> str:
         digest.update(entries[name].version.encode())
         digest.update(b"\n")
     return digest.hexdigest()[:_VERSION_CHARS]
-
-
-def resource_name(type_url: str, message: Any) -> str:
-    """A resource's xDS name: `.cluster_name` for ClusterLoadAssignment, else `.name`."""
-    name: str = message.cluster_name if type_url == ENDPOINT else message.name
-    return name
-
-
-def eds_name(cluster: Any) -> str | None:
-    """The ClusterLoadAssignment an EDS Cluster reads, or None for other clusters."""
-    if cluster is None:
-        return None
-    is_eds = cluster.HasField("eds_cluster_config") or (
-        cluster.WhichOneof("cluster_discovery_type") == "type"
-        and cluster.type == cluster_pb2.Cluster.EDS
-    )
-    if not is_eds:
-        return None
-    name: str = cluster.eds_cluster_config.service_name or cluster.name
-    return name
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,7 +7,8 @@ from typing import Any
 
 from envoy.service.discovery.v3 import discovery_pb2
 
-from sluicegate.xds.server.snapshot import CLUSTER, FULL_STATE_TYPES, ResourceEntry, Snapshot
+from sluicegate.xds.resource import CLUSTER, FULL_STATE_TYPES
+from sluicegate.xds.server.snapshot import ResourceEntry, Snapshot
 from sluicegate.xds.server.stream import (
     MAX_PENDING,
     AdsStream,

@@ -22,19 +22,17 @@ from typing import Any
 
 import grpc
 
-from sluicegate.xds.server.cache import SnapshotCache
-from sluicegate.xds.server.snapshot import (
+from sluicegate.xds.resource import (
     CLUSTER,
     ENDPOINT,
     LISTENER,
     PUSH_ORDER,
     ROUTE,
     SECRET,
-    ResourceEntry,
-    Snapshot,
     eds_name,
-    view_version,
 )
+from sluicegate.xds.server.cache import SnapshotCache
+from sluicegate.xds.server.snapshot import ResourceEntry, Snapshot, view_version
 from sluicegate.xds.server.status import NackRecord, NodeStatus, StreamKind
 from sluicegate.xds.server.subscription import Subscription
 

@@ -4,7 +4,7 @@ and upstream per-attempt "attempt".
 Both call the same gRPC cluster; the `x-sluicegate-stage` initial metadata tells the
 server which one is calling. Both send the request headers and the buffered request body,
 and skip everything on the response side (each enabled phase is one more round trip to
-Python, DESIGN.md "on the hot path").
+Python, docs/architecture.md, "The hot path").
 
 Request headers must be SENT, although the model is in the body. Checked on Envoy 1.40:
 with request_header_mode SKIP the filter lets the headers continue at once, so
@@ -23,9 +23,9 @@ from envoy.config.core.v3 import base_pb2, grpc_service_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2, processing_mode_pb2
 
 from sluicegate import wire
+from sluicegate.model import Limits
 
 from ._proto import duration_ms
-from .ir import LimitsIR
 
 EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
 OBSERVER_STAT_PREFIX = "usage_observer"
@@ -73,7 +73,7 @@ def _grpc_service(stage: str) -> grpc_service_pb2.GrpcService:
     )
 
 
-def usage_observer_config(limits: LimitsIR) -> ext_proc_pb2.ExternalProcessor:
+def usage_observer_config(limits: Limits) -> ext_proc_pb2.ExternalProcessor:
     """The usage stage: reads real token usage off each streamed response to reconcile
     reservations (JSON answers skip it: their usage comes with the access log, usage.py).
 
@@ -102,7 +102,7 @@ def usage_observer_config(limits: LimitsIR) -> ext_proc_pb2.ExternalProcessor:
 
 def ext_proc_config(
     stage: str,
-    limits: LimitsIR,
+    limits: Limits,
     request_attributes: Sequence[str] = (),
     metadata_namespaces: Sequence[str] = (),
     *,

@@ -20,12 +20,12 @@ from envoy.config.core.v3 import base_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
-from .ir import RouteIR
+from sluicegate.model import Route
 
 Thresholds = circuit_breaker_pb2.CircuitBreakers.Thresholds
 
 
-def circuit_breakers(route: RouteIR) -> circuit_breaker_pb2.CircuitBreakers:
+def circuit_breakers(route: Route) -> circuit_breaker_pb2.CircuitBreakers:
     pool = route.settings.pool
     budget = route.settings.retries.budget
 

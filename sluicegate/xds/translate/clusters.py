@@ -1,6 +1,6 @@
 """Clusters: one per route, `route-<name>`, whose hosts are the route's providers.
 
-Why one cluster per route (DESIGN.md, "Routing across providers"): Envoy picks a route's
+Why one cluster per route (docs/architecture.md, "Routing across providers"): Envoy picks a route's
 cluster once per request and retries stay inside it, so only providers that are hosts of
 one cluster can take over a retry or an ejected provider's traffic.
 
@@ -56,20 +56,20 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.matcher.v3 import string_pb2
 
 from sluicegate import wire
+from sluicegate.model import Gateway, Limits, Provider, Route, Tls
+from sluicegate.xds.resource import HTTP_PROTOCOL_OPTIONS
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import pack, struct
 from .circuit_breakers import circuit_breakers
 from .endpoints import TRANSPORT_MATCH_KEY, load_assignment
 from .health_checks import health_checks
-from .ir import GatewayIR, LimitsIR, ProviderIR, RouteIR, TlsIR
 from .memo import RouteMemo
 from .outlier import failure_matcher, outlier_detection
 from .protocol import common_http_protocol_options, explicit_http_config
 from .secrets import credential_filters
 from .timeouts import connect_timeout
 
-HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 HEADER_MUTATION_FILTER = "envoy.filters.http.header_mutation"
 UPSTREAM_CODEC_FILTER = "envoy.filters.http.upstream_codec"
 
@@ -79,19 +79,19 @@ UPSTREAM_CODEC_FILTER = "envoy.filters.http.upstream_codec"
 ATTEMPT_ATTRIBUTES = ("xds.route_metadata", wire.UPSTREAM_HOST_METADATA_ATTRIBUTE)
 
 
-def build_clusters(ir: GatewayIR, memo: RouteMemo | None = None) -> list[cluster_pb2.Cluster]:
+def build_clusters(gateway: Gateway, memo: RouteMemo | None = None) -> list[cluster_pb2.Cluster]:
     """One cluster per route, sorted by name (unchanged routes' from `memo`)."""
     if memo is None:
-        clusters = [_cluster(route, ir.limits) for route in ir.routes]
+        clusters = [_cluster(route, gateway.limits) for route in gateway.routes]
     else:
         clusters = [
-            memo.get("cluster", route, ir.limits, partial(_cluster, route, ir.limits))
-            for route in ir.routes
+            memo.get("cluster", route, gateway.limits, partial(_cluster, route, gateway.limits))
+            for route in gateway.routes
         ]
     return sorted(clusters, key=lambda cluster: cluster.name)
 
 
-def _cluster(route: RouteIR, limits: LimitsIR) -> cluster_pb2.Cluster:
+def _cluster(route: Route, limits: Limits) -> cluster_pb2.Cluster:
     cluster = cluster_pb2.Cluster(
         name=route.cluster_name,
         connect_timeout=connect_timeout(route),
@@ -143,7 +143,7 @@ def _cluster(route: RouteIR, limits: LimitsIR) -> cluster_pb2.Cluster:
 
 
 def _http_protocol_options(
-    route: RouteIR, limits: LimitsIR
+    route: Route, limits: Limits
 ) -> http_protocol_options_pb2.HttpProtocolOptions:
     filters = [_header_mutation_filter()]
     if route.needs_attempt_processing:
@@ -207,7 +207,7 @@ def _header_mutation_filter() -> hcm_pb2.HttpFilter:
     )
 
 
-def _transport_socket_match(provider: ProviderIR) -> cluster_pb2.Cluster.TransportSocketMatch:
+def _transport_socket_match(provider: Provider) -> cluster_pb2.Cluster.TransportSocketMatch:
     assert provider.tls is not None
     return cluster_pb2.Cluster.TransportSocketMatch(
         name=f"tls-{provider.name}",
@@ -218,7 +218,7 @@ def _transport_socket_match(provider: ProviderIR) -> cluster_pb2.Cluster.Transpo
     )
 
 
-def _upstream_tls(tls: TlsIR) -> tls_pb2.UpstreamTlsContext:
+def _upstream_tls(tls: Tls) -> tls_pb2.UpstreamTlsContext:
     context = tls_pb2.UpstreamTlsContext(sni=tls.sni or "")
     if tls.alpn:
         context.common_tls_context.alpn_protocols.extend(tls.alpn)

@@ -28,10 +28,10 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from google.protobuf import wrappers_pb2
 
 from sluicegate import wire
+from sluicegate.model import Backend, Gateway, Route
 
 from ._proto import struct
 from .health_checks import endpoint_health_check_config
-from .ir import BackendIR, GatewayIR, RouteIR
 from .memo import RouteMemo
 
 TRANSPORT_SOCKET_MATCH = "envoy.transport_socket_match"
@@ -39,20 +39,20 @@ TRANSPORT_MATCH_KEY = "provider"
 
 
 def build_endpoints(
-    ir: GatewayIR, memo: RouteMemo | None = None
+    gateway: Gateway, memo: RouteMemo | None = None
 ) -> list[endpoint_pb2.ClusterLoadAssignment]:
     """ClusterLoadAssignments for the EDS clusters, sorted by cluster name."""
     assignments = [
         load_assignment(route)
         if memo is None
-        else memo.get("endpoints", route, ir.limits, partial(load_assignment, route))
-        for route in ir.routes
+        else memo.get("endpoints", route, gateway.limits, partial(load_assignment, route))
+        for route in gateway.routes
         if route.uses_eds
     ]
     return sorted(assignments, key=lambda item: item.cluster_name)
 
 
-def load_assignment(route: RouteIR) -> endpoint_pb2.ClusterLoadAssignment:
+def load_assignment(route: Route) -> endpoint_pb2.ClusterLoadAssignment:
     """The route's providers as localities, sorted by (priority, provider name)."""
     return endpoint_pb2.ClusterLoadAssignment(
         cluster_name=route.cluster_name,
@@ -68,7 +68,7 @@ def load_assignment(route: RouteIR) -> endpoint_pb2.ClusterLoadAssignment:
     )
 
 
-def endpoint_metadata(route: RouteIR, backend: BackendIR) -> dict[str, Any]:
+def endpoint_metadata(route: Route, backend: Backend) -> dict[str, Any]:
     """The facts a per-attempt filter needs about the chosen provider."""
     provider = backend.provider
     values: dict[str, Any] = {
@@ -81,7 +81,7 @@ def endpoint_metadata(route: RouteIR, backend: BackendIR) -> dict[str, Any]:
     return values
 
 
-def _lb_endpoint(route: RouteIR, backend: BackendIR) -> ec.LbEndpoint:
+def _lb_endpoint(route: Route, backend: Backend) -> ec.LbEndpoint:
     provider = backend.provider
     filter_metadata = {wire.METADATA_NAMESPACE: struct(endpoint_metadata(route, backend))}
     if provider.tls is not None:

@@ -21,11 +21,12 @@ from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec
 from envoy.type.v3 import http_pb2, range_pb2
 from google.protobuf import wrappers_pb2
 
+from sluicegate.model import Provider, Route
+
 from ._proto import duration_ms
-from .ir import ProviderIR, RouteIR
 
 
-def health_checks(route: RouteIR) -> list[health_check_pb2.HealthCheck]:
+def health_checks(route: Route) -> list[health_check_pb2.HealthCheck]:
     check = route.health_check
     if check is None:
         return []
@@ -50,7 +51,7 @@ def health_checks(route: RouteIR) -> list[health_check_pb2.HealthCheck]:
 
 
 def endpoint_health_check_config(
-    route: RouteIR, provider: ProviderIR
+    route: Route, provider: Provider
 ) -> ec.Endpoint.HealthCheckConfig | None:
     """None when the route has no health checks (nothing to say per endpoint)."""
     if route.health_check is None:

@@ -43,12 +43,12 @@ from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import wrappers_pb2
 
 from sluicegate import wire
+from sluicegate.model import Admission, Gateway, Limits, Listener
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import duration_s, pack, struct
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
-from .ir import AdmissionIR, GatewayIR, LimitsIR, ListenerIR
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
 from .usage import usage_access_log, usage_filters
 
@@ -65,14 +65,14 @@ JSON_REPLY_EXPRESSION = (
 _JSON = "application/json"
 
 
-def build_listeners(ir: GatewayIR) -> list[listener_pb2.Listener]:
+def build_listeners(gateway: Gateway) -> list[listener_pb2.Listener]:
     """One Listener per config listener, sorted by name."""
-    return [_listener(listener, ir.limits, ir.admission) for listener in ir.listeners]
+    return [
+        _listener(listener, gateway.limits, gateway.admission) for listener in gateway.listeners
+    ]
 
 
-def _listener(
-    listener: ListenerIR, limits: LimitsIR, admission: AdmissionIR
-) -> listener_pb2.Listener:
+def _listener(listener: Listener, limits: Limits, admission: Admission) -> listener_pb2.Listener:
     return listener_pb2.Listener(
         name=listener.resource_name,
         address=address_pb2.Address(
@@ -96,7 +96,7 @@ def _listener(
     )
 
 
-def _http_filters(limits: LimitsIR, admission: AdmissionIR) -> list[hcm_pb2.HttpFilter]:
+def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilter]:
     """ext_proc routing (admission) → [usage observer, json_to_metadata] → fault → router."""
     # With admission the routing stage writes dynamic metadata (the reservation and the
     # x-ratelimit-* values); Envoy drops what a filter may not write into a namespace.
@@ -107,7 +107,7 @@ def _http_filters(limits: LimitsIR, admission: AdmissionIR) -> list[hcm_pb2.Http
         longest_queue_wait_ms=admission.longest_queue_wait_ms,
     )
     filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
-    if admission.observe_usage:
+    if admission.counts_tokens:
         filters.extend(usage_filters(limits))
     # After ext_proc: a drill applies to the route the model header selected.
     filters.append(fault_http_filter())
@@ -116,7 +116,7 @@ def _http_filters(limits: LimitsIR, admission: AdmissionIR) -> list[hcm_pb2.Http
 
 
 def _http_connection_manager(
-    listener: ListenerIR, limits: LimitsIR, admission: AdmissionIR
+    listener: Listener, limits: Limits, admission: Admission
 ) -> hcm_pb2.HttpConnectionManager:
     return hcm_pb2.HttpConnectionManager(
         stat_prefix=listener.name,
@@ -140,7 +140,7 @@ def _http_connection_manager(
         early_header_mutation_extensions=[_strip_internal_headers()],
         http_filters=_http_filters(limits, admission),
         local_reply_config=local_reply_config(limits),
-        access_log=[usage_access_log()] if admission.observe_usage else [],
+        access_log=[usage_access_log()] if admission.counts_tokens else [],
     )
 
 
@@ -176,7 +176,7 @@ def _strip_internal_headers() -> extension_pb2.TypedExtensionConfig:
     )
 
 
-def local_reply_config(limits: LimitsIR) -> hcm_pb2.LocalReplyConfig:
+def local_reply_config(limits: Limits) -> hcm_pb2.LocalReplyConfig:
     """OpenAI error bodies for Envoy's own replies; JSON replies pass through unchanged.
 
     Upstream failures (timeouts, overflow, no healthy provider …) are matched first, by

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
-from .ir import LimitsIR, RouteIR
+from sluicegate.model import Limits, Route
 
 T = TypeVar("T")
 
 
 def route_key(
-    route: RouteIR, limits: LimitsIR, provider_keys: dict[int, Hashable] | None = None
+    route: Route, limits: Limits, provider_keys: dict[int, Hashable] | None = None
 ) -> Hashable:
     """Every input of a route's translation. Settings are a pydantic model holding lists,
     so they enter as their JSON (about 7 µs). Routes share provider objects, so each
@@ -52,12 +52,12 @@ class RouteMemo:
     def __init__(self) -> None:
         self._previous: dict[Hashable, object] = {}
         self._current: dict[Hashable, object] = {}
-        self._keys: dict[int, tuple[RouteIR, Hashable]] = {}
+        self._keys: dict[int, tuple[Route, Hashable]] = {}
         self._providers: dict[int, Hashable] = {}
         self.hits = 0
         self.misses = 0
 
-    def get(self, what: Hashable, route: RouteIR, limits: LimitsIR, build: Callable[[], T]) -> T:
+    def get(self, what: Hashable, route: Route, limits: Limits, build: Callable[[], T]) -> T:
         """The cached result of `build` for this route, or a fresh one."""
         known = self._keys.get(id(route))
         if known is None or known[0] is not route:

@@ -27,16 +27,18 @@ from envoy.config.cluster.v3 import outlier_detection_pb2
 from envoy.config.common.matcher.v3 import matcher_pb2
 from envoy.config.route.v3 import route_components_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import range_pb2
 from google.protobuf import wrappers_pb2
 
+from sluicegate.model import Route
+
 from ._proto import duration_ms
-from .ir import RouteIR
 
 ENFORCED = 100
 
 
-def outlier_detection(route: RouteIR) -> outlier_detection_pb2.OutlierDetection | None:
+def outlier_detection(route: Route) -> outlier_detection_pb2.OutlierDetection | None:
     settings = route.settings.outlier_detection
     if not settings.enabled:
         return None
@@ -85,7 +87,7 @@ def _status_is(matcher: route_components_pb2.HeaderMatcher) -> matcher_pb2.Match
 
 
 def failure_matcher(
-    route: RouteIR,
+    route: Route,
 ) -> http_protocol_options_pb2.HttpProtocolOptions.OutlierDetection | None:
     """Which answers outlier detection counts as failures, when 429 must count too.
 
@@ -98,7 +100,10 @@ def failure_matcher(
     settings = route.settings.outlier_detection
     if not settings.enabled or not settings.eject_on_429:
         return None
-    too_many = route_components_pb2.HeaderMatcher(name=":status", exact_match="429")
+    # string_match, not exact_match: Envoy warns that exact_match is deprecated.
+    too_many = route_components_pb2.HeaderMatcher(
+        name=":status", string_match=string_pb2.StringMatcher(exact="429")
+    )
     server_error = route_components_pb2.HeaderMatcher(
         name=":status", range_match=range_pb2.Int64Range(start=500, end=600)
     )

@@ -16,14 +16,15 @@ from envoy.config.core.v3 import protocol_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf import wrappers_pb2
 
+from sluicegate.model import Route
+
 from ._proto import duration_ms
-from .ir import RouteIR
 
 ExplicitHttpConfig = http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig
 
 
 def explicit_http_config(
-    route: RouteIR,
+    route: Route,
 ) -> http_protocol_options_pb2.HttpProtocolOptions.ExplicitHttpConfig:
     if route.protocol == "http1":
         return ExplicitHttpConfig(http_protocol_options=protocol_pb2.Http1ProtocolOptions())
@@ -41,7 +42,7 @@ def explicit_http_config(
     return ExplicitHttpConfig(http2_protocol_options=options)
 
 
-def common_http_protocol_options(route: RouteIR) -> protocol_pb2.HttpProtocolOptions:
+def common_http_protocol_options(route: Route) -> protocol_pb2.HttpProtocolOptions:
     pool = route.settings.pool
     options = protocol_pb2.HttpProtocolOptions(idle_timeout=duration_ms(pool.idle_timeout))
     if pool.max_requests_per_connection:

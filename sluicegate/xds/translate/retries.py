@@ -26,8 +26,9 @@ from envoy.extensions.retry.priority.previous_priorities.v3 import (
 )
 from google.protobuf import wrappers_pb2
 
+from sluicegate.model import Route
+
 from ._proto import duration_ms, pack
-from .ir import RouteIR
 from .timeouts import apply_attempt_timeouts
 
 PREVIOUS_HOSTS = "envoy.retry_host_predicates.previous_hosts"
@@ -37,7 +38,7 @@ RETRY_AFTER = "retry-after"
 MIN_HOST_SELECTION_ATTEMPTS = 5
 
 
-def retry_policy(route: RouteIR) -> rc.RetryPolicy | None:
+def retry_policy(route: Route) -> rc.RetryPolicy | None:
     """None when the route neither retries nor has per-attempt timeouts."""
     retries = route.settings.retries
     timeouts = route.settings.timeouts

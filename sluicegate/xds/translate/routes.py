@@ -35,12 +35,12 @@ from google.protobuf import wrappers_pb2
 from google.protobuf.wrappers_pb2 import UInt32Value
 
 from sluicegate import wire
+from sluicegate.model import Gateway, Route, match_order
 
 from ._ext_proc import EXT_PROC_FILTER
 from ._proto import pack, struct
 from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE
 from .faults import FAULT_FILTER, route_fault
-from .ir import GatewayIR, RouteIR
 from .memo import RouteMemo
 from .retries import retry_policy
 from .timeouts import apply_route_timeouts
@@ -54,17 +54,17 @@ _EXT_PROC_DISABLED = pack(ext_proc_pb2.ExtProcPerRoute(disabled=True))
 
 
 def build_route_configurations(
-    ir: GatewayIR, memo: RouteMemo | None = None
+    gateway: Gateway, memo: RouteMemo | None = None
 ) -> list[route_pb2.RouteConfiguration]:
     """The same routes for every listener, under each listener's RDS name."""
-    routes = _routes(ir, memo)
+    routes = _routes(gateway, memo)
     virtual_host = rc.VirtualHost(
         name=VIRTUAL_HOST,
         domains=["*"],
         routes=routes,
-        response_headers_to_add=ratelimit_response_headers() if ir.admission.enabled else [],
+        response_headers_to_add=ratelimit_response_headers() if gateway.admission.enabled else [],
         # The admission stage's word to the usage observer is not for providers.
-        request_headers_to_remove=[wire.USAGE_HEADER] if ir.admission.observe_usage else [],
+        request_headers_to_remove=[wire.USAGE_HEADER] if gateway.admission.counts_tokens else [],
     )
     return [
         route_pb2.RouteConfiguration(
@@ -72,7 +72,7 @@ def build_route_configurations(
             virtual_hosts=[virtual_host],
             max_direct_response_body_size_bytes=_largest_direct_body(routes),
         )
-        for listener in ir.listeners
+        for listener in gateway.listeners
     ]
 
 
@@ -104,28 +104,25 @@ def _largest_direct_body(routes: list[rc.Route]) -> UInt32Value:
     return UInt32Value(value=max(4096, largest))
 
 
-def _routes(ir: GatewayIR, memo: RouteMemo | None = None) -> list[rc.Route]:
+def _routes(gateway: Gateway, memo: RouteMemo | None = None) -> list[rc.Route]:
     routes: list[rc.Route] = []
-    for prefix in ir.path_prefixes:
-        models = sorted(
-            {m for route in ir.routes if route.path_prefix == prefix for m in route.models}
-        )
-        keyed = ir.admission.keys_required
+    for prefix in gateway.path_prefixes:
+        models = sorted(gateway.models_under(prefix))
+        keyed = gateway.admission.keys_required
         routes.append(_json_route(f"{prefix}models", wire.models_list_body(models), keyed=keyed))
         for model in models:
             path = f"{prefix}models/{model}"
             build = partial(_model_listing, path, model, keyed=keyed)
             routes.append(build() if memo is None else memo.reuse(("listing", path, keyed), build))
-    for route in ir.routes:
-        if memo is None:
-            routes.extend(_model_route(route, model) for model in route.models)
-        else:
-            build = partial(_model_routes, route)
-            routes.extend(memo.get("model_routes", route, ir.limits, build))
+    for route, route_models in match_order(gateway.routes):
+        build = partial(_model_routes, route, route_models)
+        routes.extend(
+            build() if memo is None else memo.get("model_routes", route, gateway.limits, build)
+        )
     # Longest prefix first, so the most specific fallback is the one first matched.
-    for prefix in sorted(ir.path_prefixes, key=lambda p: (-len(p), p)):
+    for prefix in sorted(gateway.path_prefixes, key=lambda p: (-len(p), p)):
         routes.append(_not_found(prefix, ext_proc=True))
-    if "/" not in ir.path_prefixes:
+    if "/" not in gateway.path_prefixes:
         routes.append(_not_found("/", ext_proc=False))
     return routes
 
@@ -178,11 +175,11 @@ def _json_route(path: str, body: bytes, *, keyed: bool) -> rc.Route:
     return route
 
 
-def _model_routes(route: RouteIR) -> list[rc.Route]:
-    return [_model_route(route, model) for model in route.models]
+def _model_routes(route: Route, models: tuple[str, ...]) -> list[rc.Route]:
+    return [_model_route(route, model) for model in models]
 
 
-def _model_route(route: RouteIR, model: str) -> rc.Route:
+def _model_route(route: Route, model: str) -> rc.Route:
     action = rc.RouteAction(
         cluster=route.cluster_name,
         auto_host_rewrite=wrappers_pb2.BoolValue(value=True),

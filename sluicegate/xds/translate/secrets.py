@@ -1,7 +1,7 @@
 """Provider keys: SDS secrets, and the upstream filter that puts the right one on each attempt.
 
-Where keys live (DESIGN.md, "Routing across providers"): a route's cluster holds all of its
-providers as hosts, so a retry can move to another provider, and Envoy's
+Where keys live (docs/architecture.md, "Routing across providers"): a route's cluster
+holds all of its providers as hosts, so a retry can move to another provider, and Envoy's
 `credential_injector` is configured per *cluster*. Per-provider keys therefore need a
 per-attempt choice among injectors. Envoy 1.40 does that natively:
 
@@ -36,9 +36,9 @@ from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2
 
 from sluicegate import wire
+from sluicegate.model import Gateway, Provider, Route
 
 from ._proto import pack, request_header_tree
-from .ir import GatewayIR, ProviderIR, RouteIR
 
 # The upstream filter name (stats appear as cluster.<name>.composite.* and
 # cluster.<name>.credential_injector.*).
@@ -48,17 +48,17 @@ CREDENTIAL_INJECTOR_FILTER = "envoy.filters.http.credential_injector"
 GENERIC_CREDENTIAL = "envoy.http.injected_credentials.generic"
 
 
-def secret_name(provider: ProviderIR) -> str:
+def secret_name(provider: Provider) -> str:
     """The SDS resource name of a provider's key."""
     return f"{wire.KEY_SECRET_PREFIX}{provider.name}"
 
 
-def build_secrets(ir: GatewayIR) -> list[secret_pb2.Secret]:
+def build_secrets(gateway: Gateway) -> list[secret_pb2.Secret]:
     """One generic Secret (`Bearer <key>`) per keyed provider that a route uses, by name.
 
     Envoy asks only for the secrets its clusters name; a provider no route uses gets none.
     """
-    used = {backend.provider.name for route in ir.routes for backend in route.backends}
+    used = {backend.provider.name for route in gateway.routes for backend in route.backends}
     return [
         secret_pb2.Secret(
             name=secret_name(provider),
@@ -66,12 +66,12 @@ def build_secrets(ir: GatewayIR) -> list[secret_pb2.Secret]:
                 secret=base_pb2.DataSource(inline_string=provider.authorization)
             ),
         )
-        for provider in ir.providers
+        for provider in gateway.providers
         if provider.authorization and provider.name in used
     ]
 
 
-def credential_filters(route: RouteIR) -> list[hcm_pb2.HttpFilter]:
+def credential_filters(route: Route) -> list[hcm_pb2.HttpFilter]:
     """The upstream filter injecting each attempt's provider key; none for a keyless route.
 
     Must follow the header_mutation that sets wire.PROVIDER_HEADER from the host metadata.
@@ -110,7 +110,7 @@ def credential_filters(route: RouteIR) -> list[hcm_pb2.HttpFilter]:
     ]
 
 
-def _injector(provider: ProviderIR) -> extension_pb2.TypedExtensionConfig:
+def _injector(provider: Provider) -> extension_pb2.TypedExtensionConfig:
     """credential_injector for one provider, its key read from SDS over ADS."""
     generic = generic_pb2.Generic(
         credential=secret_pb2.SdsSecretConfig(

@@ -27,15 +27,16 @@ from __future__ import annotations
 from envoy.config.route.v3 import route_components_pb2 as rc
 from google.protobuf import duration_pb2
 
+from sluicegate.model import Route
+
 from ._proto import duration_ms
-from .ir import RouteIR
 
 
-def connect_timeout(route: RouteIR) -> duration_pb2.Duration:
+def connect_timeout(route: Route) -> duration_pb2.Duration:
     return duration_ms(route.settings.timeouts.connect)
 
 
-def apply_route_timeouts(action: rc.RouteAction, route: RouteIR) -> None:
+def apply_route_timeouts(action: rc.RouteAction, route: Route) -> None:
     """The route-level timers; the per-attempt ones are part of the retry policy."""
     timeouts = route.settings.timeouts
     action.timeout.CopyFrom(duration_ms(timeouts.total))
@@ -43,7 +44,7 @@ def apply_route_timeouts(action: rc.RouteAction, route: RouteIR) -> None:
         action.idle_timeout.CopyFrom(duration_ms(0))
 
 
-def apply_attempt_timeouts(policy: rc.RetryPolicy, route: RouteIR) -> None:
+def apply_attempt_timeouts(policy: rc.RetryPolicy, route: Route) -> None:
     timeouts = route.settings.timeouts
     if timeouts.first_byte:
         policy.per_try_timeout.CopyFrom(duration_ms(timeouts.first_byte))

@@ -21,7 +21,7 @@ experiments summarised in timeouts.py and tests/resilience):
 Retries exhausted on a provider's own answer (429, 503 …) are not local replies: the
 client gets the last provider answer unchanged (its OpenAI error and Retry-After).
 Once a response has started nothing can be rewritten: Envoy resets the stream (see the
-README, "What the client sees").
+docs/resilience.md, "What the client sees when a started stream fails").
 """
 
 from __future__ import annotations

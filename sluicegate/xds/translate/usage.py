@@ -40,10 +40,10 @@ from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2
 
 from sluicegate import wire
+from sluicegate.model import Limits
 
 from ._ext_proc import usage_observer_config
 from ._proto import duration_ms, pack, request_header_tree
-from .ir import LimitsIR
 
 # A second ext_proc instance needs its own filter name (the extension is chosen by type).
 USAGE_FILTER = "sluicegate.usage_observer"
@@ -55,7 +55,7 @@ SKIP_FILTER_ACTION = "envoy.filters.common.matcher.action.skip_filter"
 LOG_FLUSH_MS = 100
 
 
-def usage_filters(limits: LimitsIR) -> list[hcm_pb2.HttpFilter]:
+def usage_filters(limits: Limits) -> list[hcm_pb2.HttpFilter]:
     """The observer, then json_to_metadata, each skipped where the admission stage says."""
     observer = pack(usage_observer_config(limits))
     return [

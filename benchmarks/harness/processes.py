@@ -1,0 +1,49 @@
+"""Waiting for a port to listen and stopping a process with its children."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from sluicegate.testing.procfs import alive, children_of
+
+
+def wait_listening(port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+def stop_tree(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> list[int]:
+    """SIGTERM `process` (it stops its own children), wait, then SIGKILL whatever
+    is left of it and of its direct children. Returns the PIDs that had to be
+    killed (empty when the stop was clean)."""
+    children = children_of(process.pid) if process.poll() is None else []
+    killed: list[int] = []
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            killed.append(process.pid)
+    deadline = time.monotonic() + 5.0
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in children:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+    return killed

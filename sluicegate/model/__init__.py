@@ -1,0 +1,61 @@
+"""sluicegate.model: one config load, resolved once, for every consumer.
+
+    gateway = build_model(config, api_keys)
+    gateway.routes, gateway.providers, gateway.listeners, gateway.tenants, gateway.admission
+    gateway.route_for(model, path)     # the one match rule (routes.first_match)
+
+Built by `sluicegate.stack` per load from a validated Config and handed to the
+translator (`sluicegate.xds.translate`: Envoy resources) and to the ext_proc server
+(`sluicegate.filters`: routing table and admission policy). docs/architecture.md,
+"The resolved model".
+"""
+
+from sluicegate.config import normalize_path_prefix
+
+from .admission import Admission, Tenant
+from .gateway import (
+    LISTENER_PREFIX,
+    ROUTE_CONFIG_PREFIX,
+    Gateway,
+    Limits,
+    Listener,
+    Role,
+    build_model,
+)
+from .providers import SYSTEM_CA_FILE, HealthCheck, ModelError, Provider, Scheme, Tls, is_ip
+from .routes import (
+    CLUSTER_PREFIX,
+    Backend,
+    Gate,
+    Route,
+    first_match,
+    gate_name,
+    match_order,
+)
+
+__all__ = [
+    "CLUSTER_PREFIX",
+    "LISTENER_PREFIX",
+    "ROUTE_CONFIG_PREFIX",
+    "SYSTEM_CA_FILE",
+    "Admission",
+    "Backend",
+    "Gate",
+    "Gateway",
+    "HealthCheck",
+    "Limits",
+    "Listener",
+    "ModelError",
+    "Provider",
+    "Role",
+    "Route",
+    "Scheme",
+    "Tenant",
+    "Tls",
+    "build_model",
+    "first_match",
+    "gate_name",
+    "is_ip",
+    "match_order",
+    "normalize_path_prefix",
+]

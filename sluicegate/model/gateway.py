@@ -1,0 +1,138 @@
+"""The resolved model of one config load: what Envoy's resources and the ext_proc
+server's routing table and admission policy are all made from.
+
+    gateway = build_model(config, api_keys)   # once per load (stack/)
+    resources = translate(gateway)            # xds/translate: Envoy resources only
+    server.load(gateway)                      # filters: routing table, admission policy
+
+`build_model` takes a Config that passed validation (`config.load_config`, which runs
+every rule spanning sections, with file and line): it checks nothing again. Everything
+here is pure: no environment, no files, no clock. Provider keys arrive in `api_keys`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Final, Literal
+
+from sluicegate import config
+
+from .admission import Admission, Tenant, resolve_admission, resolve_tenants
+from .providers import Provider, resolve_provider
+from .routes import Route, first_match, match_order, resolve_route
+
+Role = Literal["gateway", "sidecar"]
+
+LISTENER_PREFIX: Final = "listener-"
+ROUTE_CONFIG_PREFIX: Final = "routes-"
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    address: str
+    port: int
+    role: Role
+
+    @property
+    def resource_name(self) -> str:
+        return f"{LISTENER_PREFIX}{self.name}"
+
+    @property
+    def route_config_name(self) -> str:
+        return f"{ROUTE_CONFIG_PREFIX}{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_request_body_bytes: int
+    ext_proc_message_timeout_ms: int
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """Everything one config load resolves to. Listeners and providers are sorted by
+    name; routes keep config order because the first matching route wins."""
+
+    listeners: tuple[Listener, ...]
+    providers: tuple[Provider, ...]
+    routes: tuple[Route, ...]
+    limits: Limits
+    admission: Admission = field(default_factory=Admission)
+    tenants: tuple[Tenant, ...] = ()
+    # Said once per load, logged by the caller: routes a drain could not apply to.
+    warnings: tuple[str, ...] = ()
+
+    @cached_property
+    def path_prefixes(self) -> tuple[str, ...]:
+        """Distinct route prefixes, sorted: each gets its own `<prefix>models` listing."""
+        return tuple(sorted({route.path_prefix for route in self.routes}))
+
+    @cached_property
+    def served(self) -> Mapping[str, tuple[Route, ...]]:
+        """Model → the routes serving it, in match order (routes.match_order), sorted by
+        model. Several routes serve one model only under different path prefixes."""
+        served: dict[str, list[Route]] = {}
+        for route, models in match_order(self.routes):
+            for model in models:
+                served.setdefault(model, []).append(route)
+        return {model: tuple(served[model]) for model in sorted(served)}
+
+    def route_for(self, model: str, path: str | None) -> Route | None:
+        """The route Envoy picks for `model` at `path` (routes.first_match)."""
+        return first_match(self.served.get(model, ()), path)
+
+    def models_under(self, path_prefix: str | None = None) -> tuple[str, ...]:
+        """Models served under `path_prefix` (any form: "/v1" is "/v1/"), or every served
+        model, in match order without repeats: what `<prefix>models` lists."""
+        prefix = None if path_prefix is None else config.normalize_path_prefix(path_prefix)
+        return tuple(
+            dict.fromkeys(
+                model
+                for route, models in match_order(self.routes)
+                if prefix is None or route.path_prefix == prefix
+                for model in models
+            )
+        )
+
+
+def build_model(
+    cfg: config.Config,
+    api_keys: Mapping[str, str | None],
+    drained: AbstractSet[str] = frozenset(),
+) -> Gateway:
+    """Resolve a validated `cfg` into a `Gateway`.
+
+    `api_keys` maps a provider name to its resolved key (config.resolve_api_keys reads
+    env vars and files; the model stays pure). A provider whose key is absent, None or
+    empty gets no Authorization header upstream; the client's own is removed either way.
+    `drained` names providers taken out of rotation live (`sluicegate drain`); those
+    marked `drain: true` in the file are added (routes.resolve_route says how).
+    Raises providers.ModelError only for a passed-in key that cannot be sent in a header.
+    """
+    providers = {p.name: resolve_provider(p, api_keys.get(p.name)) for p in cfg.providers}
+    drained = set(drained) | {p.name for p in cfg.providers if p.drain}
+    resolved = [
+        resolve_route(route, providers, cfg.defaults, cfg.admission, drained)
+        for route in cfg.routes
+    ]
+    return Gateway(
+        listeners=tuple(
+            sorted(
+                (Listener(x.name, x.address, x.port, x.role) for x in cfg.listeners),
+                key=lambda item: item.name,
+            )
+        ),
+        providers=tuple(providers[name] for name in sorted(providers)),
+        routes=tuple(route for route, _ in resolved),
+        limits=Limits(
+            max_request_body_bytes=cfg.limits.max_request_body_bytes,
+            ext_proc_message_timeout_ms=cfg.limits.ext_proc_message_timeout_ms,
+        ),
+        admission=resolve_admission(cfg),
+        tenants=resolve_tenants(cfg),
+        warnings=tuple(warning for _, warning in resolved if warning is not None),
+    )

@@ -1,0 +1,229 @@
+"""Routes and their backends, and the one rule for which route serves a request.
+
+Match order (Envoy's RouteConfiguration and the ext_proc routing stage both follow it,
+docs/architecture.md "A request's path"): routes in config order, each route's models as
+configured; for a model and a request path the first route whose path prefix the path
+starts with wins. `match_order` and `first_match` are the only places that say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Final, Protocol, TypeVar
+
+from sluicegate import config
+
+from .providers import HealthCheck, Provider
+
+CLUSTER_PREFIX: Final = "route-"
+
+
+def gate_name(kind: str, name: str) -> str:
+    """`route:chat`, `provider:local`: one namespace for both kinds of gate."""
+    return f"{kind}:{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    provider: Provider
+    weight: int
+    priority: int  # dense rank within the route: 0, 1, 2 … (config may skip numbers)
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """A priority gate a request takes: `route:<name>` or `provider:<name>`."""
+
+    name: str
+    concurrency: config.Concurrency
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Requests for `models` under `path_prefix`, served by one cluster of providers."""
+
+    name: str
+    models: tuple[str, ...]
+    # Always ends with "/": the prefix is a directory, so "/openai" does not match
+    # "/openaiX" and the rewrite to a provider's prefix can keep the slash.
+    path_prefix: str
+    backends: tuple[Backend, ...]  # sorted by (priority, provider name)
+    # Pools, timeouts, retries, outlier detection: `defaults` merged with the route's own.
+    settings: config.Resilience = field(default_factory=config.Resilience)
+    fault: config.Fault | None = None  # a failover drill (Envoy's fault filter), usually None
+    # Admission: per-model rate limits, the output estimate (the route's or admission's
+    # default) and the route's own gate.
+    rate_limits: config.RateLimits | None = None
+    default_max_tokens: int = 1024
+    concurrency: config.Concurrency | None = None
+    # The route's provider when the config gives it one only. Drains do not change it:
+    # a provider's gate and limits follow the file, the same in every ext_proc replica.
+    sole_provider: Provider | None = None
+
+    @property
+    def cluster_name(self) -> str:
+        return f"{CLUSTER_PREFIX}{self.name}"
+
+    def serves_path(self, path: str) -> bool:
+        """True when a request path falls under this route's prefix."""
+        return path.startswith(self.path_prefix)
+
+    @property
+    def uses_eds(self) -> bool:
+        """EDS when every host is an IP literal; otherwise Envoy resolves names (DNS)."""
+        return all(backend.provider.is_ip for backend in self.backends)
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        """Provider names, by (priority, name)."""
+        return tuple(backend.provider.name for backend in self.backends)
+
+    @property
+    def gates(self) -> tuple[Gate, ...]:
+        """The gates a request takes, in this order: the route's, then its sole provider's
+        (a provider's gate is taken before Envoy picks among a route's providers, so it
+        covers only the routes that send to that provider alone)."""
+        gates = []
+        if self.concurrency is not None:
+            gates.append(Gate(gate_name("route", self.name), self.concurrency))
+        only = self.sole_provider
+        if only is not None and only.concurrency is not None:
+            gates.append(Gate(gate_name("provider", only.name), only.concurrency))
+        return tuple(gates)
+
+    @property
+    def shared_upstream_prefix(self) -> str | None:
+        """The providers' common URL path prefix, or None when they differ."""
+        prefixes = {backend.provider.path_prefix for backend in self.backends}
+        return prefixes.pop() if len(prefixes) == 1 else None
+
+    @property
+    def prefix_rewrite(self) -> str | None:
+        """What the route rewrites `path_prefix` to, or None for no route-level rewrite.
+
+        Only possible when all providers share a prefix: the route is chosen before the
+        host, so a per-provider prefix must be applied per attempt (upstream ext_proc).
+        """
+        shared = self.shared_upstream_prefix
+        if shared is None:
+            return None
+        target = f"{shared}/"
+        return None if target == self.path_prefix else target
+
+    @property
+    def renames_models(self) -> bool:
+        """Some provider knows one of this route's models by another name."""
+        return any(
+            backend.provider.upstream_model(model) != model
+            for backend in self.backends
+            for model in self.models
+        )
+
+    @property
+    def needs_attempt_processing(self) -> bool:
+        """Per-provider rewriting that only the attempt-stage ext_proc can do."""
+        return self.renames_models or self.shared_upstream_prefix is None
+
+    @property
+    def protocol(self) -> config.Protocol:
+        """The one upstream protocol of the route's providers (validated to agree)."""
+        return self.backends[0].provider.protocol
+
+    @property
+    def priority_levels(self) -> int:
+        return 1 + max(backend.priority for backend in self.backends)
+
+    @property
+    def first_level_size(self) -> int:
+        """Providers at priority 0: how many a retry tries before moving down a level."""
+        return sum(1 for backend in self.backends if backend.priority == 0)
+
+    @property
+    def health_check(self) -> HealthCheck | None:
+        """The route's active health check: that of its health-checked providers (which
+        validation makes agree), or None when no provider has one."""
+        checks = [b.provider.health_check for b in self.backends if b.provider.health_check]
+        return checks[0] if checks else None
+
+    def model_map_for(self, provider: Provider) -> dict[str, str]:
+        """The provider's renames restricted to this route's models (nothing else leaks)."""
+        return {
+            model: provider.upstream_model(model)
+            for model in self.models
+            if provider.upstream_model(model) != model
+        }
+
+
+class PrefixedRoute(Protocol):
+    """What `first_match` needs of a route: its path prefix."""
+
+    @property
+    def path_prefix(self) -> str: ...
+
+
+R = TypeVar("R", bound=PrefixedRoute)
+
+
+def match_order(routes: Iterable[Route]) -> Iterator[tuple[Route, tuple[str, ...]]]:
+    """The model routes in the order Envoy tries them, one route's block at a time: config
+    route order, then that route's models as configured. The first that matches wins."""
+    for route in routes:
+        yield route, route.models
+
+
+def first_match(candidates: Sequence[R], path: str | None) -> R | None:
+    """Of a model's routes in match order, the one Envoy picks for `path`: the first whose
+    prefix the path falls under. With no path, or none matching, the first route (the
+    request then meets the prefix's 404 fallback in Envoy, but is still labelled)."""
+    if not candidates:
+        return None
+    if path is not None:
+        for candidate in candidates:
+            if path.startswith(candidate.path_prefix):
+                return candidate
+    return candidates[0]
+
+
+def resolve_route(
+    route: config.Route,
+    providers: Mapping[str, Provider],
+    defaults: config.Resilience,
+    admission: config.Admission,
+    drained: AbstractSet[str] = frozenset(),
+) -> tuple[Route, str | None]:
+    """One configured route, its backends resolved (validation made every name known),
+    and a warning when draining could not apply to it.
+
+    Draining: a drained provider is dropped from every route that has another provider
+    left, so Envoy moves new requests to the others while requests in flight finish. A
+    route whose every provider is drained keeps them: draining must never leave a model
+    with nowhere to go.
+    """
+    kept = [b for b in route.backends if b.provider not in drained]
+    warning = None
+    if not kept:
+        warning = f"route '{route.name}': every provider is drained; it keeps serving from them"
+        kept = list(route.backends)
+    # Dense priorities: Envoy would otherwise create empty priority levels for the gaps.
+    levels = sorted({backend.priority for backend in kept})
+    ranks = {priority: rank for rank, priority in enumerate(levels)}
+    backends = sorted(
+        (Backend(providers[b.provider], weight=b.weight, priority=ranks[b.priority]) for b in kept),
+        key=lambda b: (b.priority, b.provider.name),
+    )
+    configured = {backend.provider for backend in route.backends}
+    resolved = Route(
+        name=route.name,
+        models=tuple(dict.fromkeys(route.models)),
+        path_prefix=config.normalize_path_prefix(route.path_prefix),
+        backends=tuple(backends),
+        settings=config.effective(defaults, route),
+        fault=route.fault,
+        rate_limits=route.rate_limits,
+        default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
+        concurrency=route.concurrency,
+        sole_provider=providers[configured.pop()] if len(configured) == 1 else None,
+    )
+    return resolved, warning

@@ -1,0 +1,48 @@
+"""Helpers for tests and benchmarks only: never imported by the gateway itself.
+
+Shipped with the package so that the test suite and `benchmarks/` share one copy:
+free ports (`ports`), a real redis-server process (`redis_server`), static Envoy
+bootstraps, from translated resources (`bootstraps`) or hand-written with both ext_proc
+stages (`static_gateway`), ext_proc request messages as Envoy sends them
+(`ext_proc_messages`), and an ADS client that behaves like Envoy (`ads_client`).
+"""
+
+from __future__ import annotations
+
+from .ads_client import GRPC_EOF, AdsClient, NackPolicy, Received
+from .bootstraps import (
+    admin,
+    ads_bootstrap,
+    grpc_cluster,
+    static_bootstrap,
+    to_dict,
+    without_sds_config,
+)
+from .ext_proc_messages import HOST_METADATA_A, ROUTE_METADATA_V1, body_message, headers_message
+from .ports import free_port, free_ports
+from .redis_server import RedisServer
+from .static_gateway import Provider, Route, ext_proc_filter, static_gateway
+
+__all__ = [
+    "GRPC_EOF",
+    "HOST_METADATA_A",
+    "ROUTE_METADATA_V1",
+    "AdsClient",
+    "NackPolicy",
+    "Provider",
+    "Received",
+    "RedisServer",
+    "Route",
+    "admin",
+    "ads_bootstrap",
+    "body_message",
+    "ext_proc_filter",
+    "free_port",
+    "free_ports",
+    "grpc_cluster",
+    "headers_message",
+    "static_bootstrap",
+    "static_gateway",
+    "to_dict",
+    "without_sds_config",
+]

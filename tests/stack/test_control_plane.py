@@ -1,0 +1,87 @@
+"""The control plane publishes one resolved model to Envoy and the filter, or nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluicegate.model import Gateway
+from sluicegate.stack import control_plane as control_plane_module
+from sluicegate.stack.control_plane import ControlPlane
+from sluicegate.xds.server import ENDPOINT, SnapshotCache
+
+CONFIG = """
+version: 1
+listeners: [{name: main, port: 8080}]
+providers:
+  - {name: alpha, base_url: "http://127.0.0.1:18081/v1"}
+routes:
+  - {name: r, models: [MODEL], backends: [{provider: alpha}]}
+"""
+
+
+def plane_for(tmp_path: Path, seen: list[Gateway]) -> ControlPlane:
+    path = tmp_path / "sluicegate.yaml"
+    path.write_text(CONFIG.replace("MODEL", "m1"))
+    plane = ControlPlane(path, SnapshotCache(), on_model=seen.append)
+    assert plane.load().ok
+    return plane
+
+
+def test_the_filter_and_envoy_get_the_same_model(tmp_path: Path) -> None:
+    seen: list[Gateway] = []
+    plane = plane_for(tmp_path, seen)
+    assert seen == [plane.model]
+    assert plane.model is not None and list(plane.model.served) == ["m1"]
+
+
+def test_an_inconsistent_snapshot_is_not_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A translation that loses a resource another names (here: the endpoints of an EDS
+    cluster) must reach neither Envoy nor the filter; the last good config serves on."""
+    seen: list[Gateway] = []
+    plane = plane_for(tmp_path, seen)
+    good_snapshot, good_model = plane.snapshot, plane.model
+    assert plane.cache.get_snapshot() is good_snapshot
+
+    real_translate = control_plane_module.translate
+
+    def losing_endpoints(gateway: Gateway, memo: Any = None) -> dict[str, list[Any]]:
+        resources = real_translate(gateway, memo)
+        resources[ENDPOINT] = []
+        return resources
+
+    monkeypatch.setattr(control_plane_module, "translate", losing_endpoints)
+    plane.path.write_text(CONFIG.replace("MODEL", "m2"))
+    outcome = plane.load()
+
+    assert not outcome.ok
+    assert any("inconsistent snapshot" in p and "route-r" in p for p in outcome.problems)
+    assert plane.cache.get_snapshot() is good_snapshot
+    assert plane.snapshot is good_snapshot and plane.model is good_model
+    assert seen == [good_model]  # the filter never saw the m2 model
+    assert "last good config keeps serving" in caplog.text
+
+
+def test_a_rejected_reload_gives_its_errors_as_reasons_and_its_warnings_apart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plane = plane_for(tmp_path, [])
+    # An error (unknown provider) and a warning (a provider no route uses).
+    broken = CONFIG.replace("MODEL", "m1").replace(
+        '  - {name: alpha, base_url: "http://127.0.0.1:18081/v1"}',
+        '  - {name: alpha, base_url: "http://127.0.0.1:18081/v1"}\n'
+        '  - {name: spare, base_url: "http://127.0.0.1:18082/v1"}',
+    ).replace("{provider: alpha}", "{provider: nope}")
+    plane.path.write_text(broken)
+    caplog.clear()
+    outcome = plane.load()
+    assert not outcome.ok
+    assert len(outcome.problems) == 1 and "unknown provider 'nope'" in outcome.problems[0]
+    rejected = [r.getMessage() for r in caplog.records if "config rejected" in r.getMessage()]
+    assert len(rejected) == 1 and "unknown provider" in rejected[0]
+    warned = [r for r in caplog.records if "no route sends traffic to provider" in r.getMessage()]
+    assert warned and {r.levelname for r in warned} == {"WARNING"}
