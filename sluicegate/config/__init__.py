@@ -23,7 +23,6 @@ from .admission import (
     StoreKind,
     Tenant,
 )
-from .drain import drained_view
 from .durations import format_duration_ms, parse_duration_ms
 from .keyhash import generate_key, hash_key, parse_key_hash, verify_key
 from .loader import load_config, load_config_text, validate_file, validate_text
@@ -98,7 +97,6 @@ __all__ = [
     "Tenant",
     "Timeouts",
     "Tls",
-    "drained_view",
     "effective",
     "format_duration_ms",
     "generate_key",

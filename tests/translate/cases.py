@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from google.protobuf.message import Message
 
-from sluicegate.config import Config, drained_view, load_config, resolve_api_keys
+from sluicegate.config import Config, load_config, resolve_api_keys
 from sluicegate.model import Gateway, build_model
 from sluicegate.xds.translate import translate
 
@@ -47,10 +47,9 @@ def load_case(path: Path) -> tuple[Config, dict[str, str | None]]:
 
 
 def model_from(config: Config, keys: dict[str, str | None]) -> Gateway:
-    """The one place the tests build the resolved model (the control plane's steps: drains
-    from the file applied, then the model)."""
-    effective, _warnings = drained_view(config, set())
-    return build_model(effective, keys)
+    """The one place the tests build the resolved model (as the control plane does, with
+    the file's drains and none made live)."""
+    return build_model(config, keys)
 
 
 def translate_case(path: Path) -> dict[str, list[Message]]:
