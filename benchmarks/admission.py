@@ -86,8 +86,7 @@ from benchmarks.admission_grpc import (
 from benchmarks.harness.cli import benchmark_parser, command_line
 from benchmarks.harness.results import machine, today, update_section
 from benchmarks.harness.stats import percentile
-from sluicegate.testing import RedisServer
-from sluicegate.testing.procfs import children_of, running_children
+from sluicegate.testing import RedisServer, children_of, running_children
 
 SECTION = "Admission"
 PARTS = ("cost", "observer", "window", "priority")

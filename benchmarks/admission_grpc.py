@@ -33,8 +33,7 @@ from sluicegate import wire
 from sluicegate.config import hash_key
 from sluicegate.filters import ExtProcServer
 from sluicegate.provider.sse import DONE, ChunkEncoder
-from sluicegate.testing import body_message, headers_message
-from sluicegate.testing.procfs import cpu_seconds, sys_seconds
+from sluicegate.testing import body_message, cpu_seconds, headers_message, sys_seconds
 
 # Called as raw bytes in and out: no (de)serializers, no request iterator (the None
 # arguments are grpc.aio's defaults, spelled out for its type stubs).

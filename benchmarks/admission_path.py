@@ -46,8 +46,7 @@ from benchmarks.harness.stack import MockProvider, UpStack, addresses, probe_hea
 from benchmarks.harness.stats import median, percentile
 from sluicegate.config import hash_key
 from sluicegate.envoy import EnvoyProcess
-from sluicegate.testing import free_ports
-from sluicegate.testing.procfs import cpu_by_role
+from sluicegate.testing import cpu_by_role, free_ports
 
 KEY: Final = "sk-bench-path-0123456789abcdef"
 MODEL: Final = "chat"

@@ -29,9 +29,9 @@ from sluicegate.testing import (
     HOST_METADATA_A,
     ROUTE_METADATA_V1,
     body_message,
+    cpu_seconds,
     headers_message,
 )
-from sluicegate.testing.procfs import cpu_seconds
 
 CHAT_BODY = json.dumps(
     {

@@ -21,8 +21,7 @@ from benchmarks.bench_ext_proc import CHAT_BODY, build_server
 from benchmarks.harness.cli import benchmark_parser
 from benchmarks.harness.ext_proc_child import ExtProcChild
 from sluicegate.envoy import EnvoyProcess
-from sluicegate.testing import static_gateway
-from sluicegate.testing.procfs import cpu_seconds
+from sluicegate.testing import cpu_seconds, static_gateway
 
 
 async def load(url: str, requests: int, concurrency: int) -> float:

@@ -67,8 +67,7 @@ from sluicegate.config import load_config, resolve_api_keys
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.filters import ExtProcServer
 from sluicegate.model import Gateway, build_model
-from sluicegate.testing import free_ports, static_bootstrap
-from sluicegate.testing.procfs import cpu_seconds
+from sluicegate.testing import cpu_seconds, free_ports, static_bootstrap
 from sluicegate.xds.resource import HTTP_PROTOCOL_OPTIONS
 from sluicegate.xds.translate import (
     CLUSTER,
@@ -101,7 +100,7 @@ LABELS = {
 # ----- the config and its three variants ---------------------------------------------------
 
 
-def gateway_ir(work: Path, ports: dict[str, int]) -> Gateway:
+def resolved_gateway(work: Path, ports: dict[str, int]) -> Gateway:
     providers = []
     for name in PROVIDERS:
         (work / f"{name}.key").write_text(f"sk-bench-{name}\n")
@@ -315,7 +314,7 @@ async def latencies(url: str, requests: int, seen: Counter[str]) -> list[float]:
 def run(args: argparse.Namespace) -> dict[str, Sample]:
     work = Path(tempfile.mkdtemp(prefix="sluicegate-bench-credentials-"))
     ports = dict(zip(PROVIDERS, free_ports(len(PROVIDERS)), strict=True))
-    ir = gateway_ir(work, ports)
+    ir = resolved_gateway(work, ports)
     samples = {variant: Sample() for variant in VARIANTS}
     with (
         mock_providers(ir, ports, work) as mock_pids,

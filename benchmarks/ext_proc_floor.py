@@ -53,8 +53,7 @@ from benchmarks.harness.stack import UpStack, probe_headers
 from benchmarks.harness.stats import median
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.process import die_with_parent
-from sluicegate.testing import free_ports
-from sluicegate.testing.procfs import cpu_by_role
+from sluicegate.testing import cpu_by_role, free_ports
 
 PLAIN: Final = "plain"
 FLOORS: Final = ("floor, 2 messages", "floor, 1 message", "floor, streamed body")

@@ -89,7 +89,7 @@ from benchmarks.harness.stats import percentile
 from sluicegate.config import OutlierDetection, Retries, load_config
 from sluicegate.config.resilience import effective, merge
 from sluicegate.provider import make_test_ca as make_provider_test_ca
-from sluicegate.testing.procfs import running_children
+from sluicegate.testing import running_children
 from sluicegate.xds.resource import HTTP_PROTOCOL_OPTIONS
 
 SECTION = "Provider failures"

@@ -72,7 +72,8 @@ from benchmarks.harness.results import machine, today, update_section
 from benchmarks.harness.stack import SLUICEGATE, Ports, UpStack
 from benchmarks.harness.stats import median
 from sluicegate.process import die_with_parent
-from sluicegate.testing.procfs import cpu_seconds, rss_bytes
+from sluicegate.testing import cpu_seconds, rss_bytes
+from sluicegate.xds.resource import CLUSTER, ENDPOINT
 
 SECTION = "xDS push"
 #: The push-latency aim from the issue: 1,000 routes live within 1 s of the change.
@@ -86,8 +87,6 @@ CLIENT_KEY = "sk-sluicegate-bench"
 
 PROVIDERS = ("alpha", "beta")  # the two mock providers `up` starts
 
-CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 
 
 # ----- configs -----------------------------------------------------------------------------
@@ -139,25 +138,30 @@ class Pipeline:
     load: float  # load_config (YAML parse, schema, cross-document checks)
     keys: float  # resolve_api_keys (it parses the YAML again, for messages' line numbers)
     translate: float  # build_model + translate
-    snapshot: float  # Snapshot.from_resources (serialize + hash every resource)
+    # Snapshot.from_resources (serialize + hash every resource), then the consistency
+    # check the control plane runs before it publishes (docs/xds-rules.md rule 14)
+    snapshot: float
     versions: dict[str, str]
     clusters: frozenset[str]
 
 
-# Like the control plane, keep the per-route translation of the last file seen: each call
-# of run_pipeline then translates a change the way ControlPlane.load does (translate/memo.py).
+# Like the control plane, keep the per-route translation of the last file seen, and the
+# cache whose consistency check remembers resources it has seen: each call of run_pipeline
+# then handles a change the way ControlPlane.load does (translate/memo.py).
 _MEMO: list[Any] = []
+_CACHE: list[Any] = []
 
 
 def run_pipeline(path: Path) -> Pipeline:
     """What ControlPlane.load does with a file (minus publishing), timed."""
     from sluicegate.config import load_config, resolve_api_keys
     from sluicegate.model import build_model
-    from sluicegate.xds.server import Snapshot
+    from sluicegate.xds.server import Snapshot, SnapshotCache
     from sluicegate.xds.translate import RouteMemo, translate
 
     if not _MEMO:
         _MEMO.append(RouteMemo())
+        _CACHE.append(SnapshotCache())
 
     t0 = time.perf_counter()
     config = load_config(path)
@@ -167,7 +171,9 @@ def run_pipeline(path: Path) -> Pipeline:
     resources = translate(build_model(config, keys), _MEMO[0])
     t3 = time.perf_counter()
     snapshot = Snapshot.from_resources(resources)
+    missing = _CACHE[0].missing_references(snapshot)
     t4 = time.perf_counter()
+    assert not missing, missing
     return Pipeline(t1 - t0, t2 - t1, t3 - t2, t4 - t3, held_versions(snapshot),
                     frozenset(snapshot.names(CLUSTER)))  # fmt: skip
 
@@ -865,7 +871,7 @@ def breakdown_table(runs: Sequence[PushRun]) -> list[str]:
     lines = [
         "| routes | change | control plane published (ms) | Envoy: new clusters have "
         "endpoints (ms) | Envoy: routes updated (ms) | served (ms) | in-process: load_config"
-        " / resolve_api_keys / build_model+translate / Snapshot (ms) | CPU s: `up` / Envoy |",
+        " / resolve_api_keys / build_model+translate / Snapshot+check (ms) | CPU s: `up` / Envoy |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for run in runs:
@@ -1062,7 +1068,7 @@ def reading(push_runs: Sequence[PushRun], hold_runs: Sequence[HoldRun]) -> list[
             f"{verdict}.** The control plane published after {published:.2f} s: in this "
             f"process the same work takes {in_process:.2f} s (load_config {parts['load']:.2f}, "
             f"resolve_api_keys {parts['keys']:.2f}, build_model+translate "
-            f"{parts['translate']:.2f}, Snapshot {parts['snapshot']:.2f}){rest}. From "
+            f"{parts['translate']:.2f}, Snapshot+check {parts['snapshot']:.2f}){rest}. From "
             f"publish to Envoy's routes updated: {envoy:.2f} s (Envoy CPU "
             f"{median([c.envoy_cpu_s for c in changes]):.2f} s)."
         )

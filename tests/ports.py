@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from sluicegate.testing.ports import free_port, free_ports
+from sluicegate.testing import free_port, free_ports
 
 __all__ = ["free_port", "free_ports"]

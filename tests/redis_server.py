@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from sluicegate.testing.redis_server import RedisServer
+from sluicegate.testing import RedisServer
 
 __all__ = ["RedisServer"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -151,3 +152,26 @@ def test_up_keeps_a_work_dir_the_user_gave(tmp_path: Path) -> None:
     seen, log = _run_up(tmp_path, "--no-envoy", "--work-dir", str(work))
     assert seen == {}, seen
     assert (work / "mock-alpha.log").exists(), log
+
+
+@pytest.mark.e2e
+def test_up_keeps_its_temporary_work_dir_when_envoy_cannot_start(tmp_path: Path) -> None:
+    """The start error names Envoy's config and log: they must still be there to read."""
+    config = tmp_path / "sluicegate.yaml"
+    doc = quickstart_on_free_ports(tmp_path)
+    with socket.socket() as taken:  # Envoy's admin port, held so Envoy fails to bind it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        doc["sluicegate"]["envoy_admin"] = f"127.0.0.1:{taken.getsockname()[1]}"
+        config.write_text(yaml.safe_dump(doc, sort_keys=False))
+        temp = tmp_path / "tmp"
+        temp.mkdir()
+        done = subprocess.run(
+            [sys.executable, "-m", "sluicegate", "up", str(config), "--envoy-concurrency", "1"],
+            capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": str(temp)},
+        )  # fmt: skip
+    assert done.returncode != 0, done.stdout + done.stderr
+    [folder] = temp.glob("sluicegate-up-*")
+    assert (folder / "envoy.log").exists(), sorted(p.name for p in folder.iterdir())
+    assert f"logs kept in {folder}" in done.stdout + done.stderr

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 
-from sluicegate.testing.procfs import alive, children_of
+from sluicegate.testing import alive, children_of
 
 
 def wait_listening(port: int, timeout_s: float) -> None:

@@ -20,8 +20,7 @@ from typing import Any
 import yaml
 
 from sluicegate.process import die_with_parent
-from sluicegate.testing import free_ports
-from sluicegate.testing.procfs import children_of, cpu_by_role
+from sluicegate.testing import children_of, cpu_by_role, free_ports
 
 from .processes import stop_tree, wait_listening
 

@@ -22,6 +22,7 @@ from .admission import (
     RateLimits,
     StoreKind,
     Tenant,
+    check_model_names,
 )
 from .durations import format_duration_ms, parse_duration_ms
 from .keyhash import generate_key, hash_key, parse_key_hash, verify_key
@@ -97,6 +98,7 @@ __all__ = [
     "Tenant",
     "Timeouts",
     "Tls",
+    "check_model_names",
     "effective",
     "format_duration_ms",
     "generate_key",

@@ -34,6 +34,19 @@ _MAX_LIMIT = 1_000_000_000_000  # counters stay exact in Redis Lua (doubles)
 _MAX_TOKENS = 100_000_000
 
 
+def check_model_names(models: list[str]) -> list[str]:
+    """A model name is sent to Envoy in a request header (wire.MODEL_HEADER) and matched
+    there: it must not be empty or hold a control character."""
+    if any(not model.strip() for model in models):
+        raise ValueError("model names must not be empty")
+    for model in models:
+        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in model):
+            raise ValueError(
+                f"model name {model!r} holds a control character, which an HTTP header cannot carry"
+            )
+    return models
+
+
 class _Section(BaseModel):
     """Unknown keys are errors, values are not coerced across types (as in schema.Strict)."""
 
@@ -191,9 +204,7 @@ class Tenant(_Section):
     @field_validator("models")
     @classmethod
     def _non_empty_models(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and any(not model.strip() for model in value):
-            raise ValueError("model names must not be empty")
-        return value
+        return None if value is None else check_model_names(value)
 
 
 class Concurrency(_Section):

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .addresses import is_ip_address, split_host_port
-from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant
+from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant, check_model_names
 from .durations import Duration
 from .resilience import (
     HealthCheck,
@@ -200,9 +200,7 @@ class Route(Strict):
     @field_validator("models")
     @classmethod
     def _non_empty_models(cls, value: list[str]) -> list[str]:
-        if any(not model.strip() for model in value):
-            raise ValueError("model names must not be empty")
-        return value
+        return check_model_names(value)
 
 
 class Addresses(Strict):

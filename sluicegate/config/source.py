@@ -119,7 +119,7 @@ def _parse_with(loader_class: type[yaml.SafeLoader], text: str, file: str) -> Pa
     except _Unreadable as exc:
         return _unreadable(file, exc.line, exc.message)
     except yaml.MarkedYAMLError as exc:
-        return _unreadable(file, _marked_error_line(exc), _marked_error_message(exc))
+        return _unreadable(file, _marked_error_line(exc, text), _marked_error_message(exc, text))
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, max(exc.position, 0)) + 1
         return _unreadable(file, line, f"invalid YAML: {exc.reason} ({_char(exc.character)})")
@@ -168,15 +168,15 @@ _OPENERS = {
 }
 
 
-def _marked_error_line(exc: yaml.MarkedYAMLError) -> int:
-    if _opened_earlier(exc) and exc.context_mark is not None:
+def _marked_error_line(exc: yaml.MarkedYAMLError, text: str) -> int:
+    if _opened_earlier(exc, text) and exc.context_mark is not None:
         return int(exc.context_mark.line) + 1
     mark = exc.problem_mark or exc.context_mark
     return mark.line + 1 if mark is not None else 1
 
 
-def _marked_error_message(exc: yaml.MarkedYAMLError) -> str:
-    if _opened_earlier(exc) and exc.problem_mark is not None:
+def _marked_error_message(exc: yaml.MarkedYAMLError, text: str) -> str:
+    if _opened_earlier(exc, text) and exc.problem_mark is not None:
         opener = _OPENERS[exc.context or ""]
         return (
             f"invalid YAML: a {opener} on this line is not closed before line "
@@ -189,15 +189,51 @@ def _marked_error_message(exc: yaml.MarkedYAMLError) -> str:
     return message
 
 
-def _opened_earlier(exc: yaml.MarkedYAMLError) -> bool:
-    """Whether the error is in a flow collection or quoted text opened on an earlier line."""
-    return (
+def _opened_earlier(exc: yaml.MarkedYAMLError, text: str) -> bool:
+    """Whether the error is in a flow collection or quoted text opened on an earlier line
+    and never closed. A collection closed later (a comma missing inside it) or a quote
+    closed later (a bad escape) is reported where the parser stopped, as usual."""
+    if not (
         exc.context in _OPENERS
         and exc.problem is not None
         and exc.context_mark is not None
         and exc.problem_mark is not None
         and exc.context_mark.line < exc.problem_mark.line
-    )
+    ):
+        return False
+    if exc.context == "while scanning a quoted scalar":
+        return "end of stream" in exc.problem
+    return not _flow_closed(text, exc.context_mark)
+
+
+def _flow_closed(text: str, mark: yaml.Mark) -> bool:
+    """Whether the `[` or `{` at `mark` has its closing bracket somewhere in `text`
+    (quoted text and comments skipped). Found by line and column, which both of PyYAML's
+    parsers count in characters."""
+    lines = text.splitlines(keepends=True)
+    start = sum(len(line) for line in lines[: mark.line]) + mark.column
+    depth, quote, index = 0, "", start
+    while index < len(text):
+        char = text[index]
+        if quote:
+            if char == "\\" and quote == '"':
+                index += 1
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#" and text[index - 1] in " \t\n":
+            index = text.find("\n", index)
+            if index < 0:
+                break
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return True
+        index += 1
+    return False
 
 
 def _char(character: object) -> str:

@@ -58,10 +58,11 @@ class ExtProcServer:
         self.service.update_table(table)
 
     def load(self, gateway: Gateway) -> None:
-        """Adopt a resolved config (hot reload): admission policy first, then the routing
-        table, so a model the table routes is already known to admission."""
-        self.update_admission(admission_policy(gateway))
-        self.update_table(RoutingTable.from_model(gateway))
+        """Adopt a resolved config (hot reload): both are built before either is swapped,
+        then admission policy first, so a model the table routes is known to admission."""
+        policy, table = admission_policy(gateway), RoutingTable.from_model(gateway)
+        self.update_admission(policy)
+        self.update_table(table)
 
     @property
     def admission(self) -> AdmissionController:

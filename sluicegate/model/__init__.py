@@ -10,8 +10,6 @@ translator (`sluicegate.xds.translate`: Envoy resources) and to the ext_proc ser
 "The resolved model".
 """
 
-from sluicegate.config import normalize_path_prefix
-
 from .admission import Admission, Tenant
 from .gateway import (
     LISTENER_PREFIX,
@@ -22,7 +20,7 @@ from .gateway import (
     Role,
     build_model,
 )
-from .providers import SYSTEM_CA_FILE, HealthCheck, ModelError, Provider, Scheme, Tls, is_ip
+from .providers import SYSTEM_CA_FILE, HealthCheck, Provider, Scheme, Tls, is_ip
 from .routes import (
     CLUSTER_PREFIX,
     Backend,
@@ -45,7 +43,6 @@ __all__ = [
     "HealthCheck",
     "Limits",
     "Listener",
-    "ModelError",
     "Provider",
     "Role",
     "Route",
@@ -57,5 +54,4 @@ __all__ = [
     "gate_name",
     "is_ip",
     "match_order",
-    "normalize_path_prefix",
 ]

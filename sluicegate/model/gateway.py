@@ -63,6 +63,8 @@ class Gateway:
     limits: Limits
     admission: Admission = field(default_factory=Admission)
     tenants: tuple[Tenant, ...] = ()
+    # Providers out of rotation: drained live or marked `drain: true` in the file.
+    drained: frozenset[str] = frozenset()
     # Said once per load, logged by the caller: routes a drain could not apply to.
     warnings: tuple[str, ...] = ()
 
@@ -111,7 +113,6 @@ def build_model(
     empty gets no Authorization header upstream; the client's own is removed either way.
     `drained` names providers taken out of rotation live (`sluicegate drain`); those
     marked `drain: true` in the file are added (routes.resolve_route says how).
-    Raises providers.ModelError only for a passed-in key that cannot be sent in a header.
     """
     providers = {p.name: resolve_provider(p, api_keys.get(p.name)) for p in cfg.providers}
     drained = set(drained) | {p.name for p in cfg.providers if p.drain}
@@ -134,5 +135,6 @@ def build_model(
         ),
         admission=resolve_admission(cfg),
         tenants=resolve_tenants(cfg),
+        drained=frozenset(drained),
         warnings=tuple(warning for _, warning in resolved if warning is not None),
     )

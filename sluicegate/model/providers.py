@@ -20,11 +20,6 @@ Scheme = Literal["http", "https"]
 SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 
 
-class ModelError(ValueError):
-    """Input the validated config cannot have produced: a provider key passed in that
-    cannot be sent in an HTTP header (config.resolve_api_keys refuses those)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Tls:
     """Upstream TLS for one provider.
@@ -72,7 +67,7 @@ class Provider:
     protocol: config.Protocol = "http1"
     health_check: HealthCheck | None = None
     # Admission: a gate in front of this provider and its own rate limits; both cover
-    # only the routes that send to this provider alone (Route.gates, Route.provider_limits).
+    # only the routes that send to this provider alone (Route.sole_provider, Route.gates).
     concurrency: config.Concurrency | None = None
     rate_limits: config.RateLimits | None = None
 
@@ -115,7 +110,7 @@ def resolve_provider(provider: config.Provider, key: str | None) -> Provider:
         host=host,
         port=port,
         path_prefix=parts.path.rstrip("/"),
-        authorization=_authorization(provider.name, key),
+        authorization=_authorization(key),
         model_map=tuple(sorted(provider.model_map.items())),
         tls=_tls(provider, host) if scheme == "https" else None,
         protocol=provider.protocol,
@@ -125,13 +120,12 @@ def resolve_provider(provider: config.Provider, key: str | None) -> Provider:
     )
 
 
-def _authorization(name: str, key: str | None) -> str | None:
+def _authorization(key: str | None) -> str | None:
+    """`config.resolve_api_keys` hands over keys it has checked (no whitespace or control
+    character inside, which would corrupt the header): only blank means no key."""
     if key is None or not key.strip():
         return None
-    key = key.strip()
-    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in key):
-        raise ModelError(f"provider {name!r}: API key has control characters")
-    return f"Bearer {key}"
+    return f"Bearer {key.strip()}"
 
 
 def _tls(provider: config.Provider, host: str) -> Tls:

@@ -66,19 +66,10 @@ class Route:
     def cluster_name(self) -> str:
         return f"{CLUSTER_PREFIX}{self.name}"
 
-    def serves_path(self, path: str) -> bool:
-        """True when a request path falls under this route's prefix."""
-        return path.startswith(self.path_prefix)
-
     @property
     def uses_eds(self) -> bool:
         """EDS when every host is an IP literal; otherwise Envoy resolves names (DNS)."""
         return all(backend.provider.is_ip for backend in self.backends)
-
-    @property
-    def providers(self) -> tuple[str, ...]:
-        """Provider names, by (priority, name)."""
-        return tuple(backend.provider.name for backend in self.backends)
 
     @property
     def gates(self) -> tuple[Gate, ...]:

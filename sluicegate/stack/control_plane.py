@@ -101,12 +101,17 @@ class ControlPlane:
         """
         if self.config is None or provider not in {p.name for p in self.config.providers}:
             raise KeyError(provider)
+        before = set(self.drained)
         if drained:
             self.drained.add(provider)
         else:
             self.drained.discard(provider)
+        outcome = self.publish(self.config)
+        if not outcome.ok:
+            self.drained = before  # not published, so not in force
+            return outcome
         log.info("provider %s %s", provider, "drained" if drained else "back in rotation")
-        return self.publish(self.config)
+        return outcome
 
     def publish(self, config: Config) -> ReloadOutcome:
         """Translate config (with drains applied) and hand it to Envoy and the filter."""
@@ -118,7 +123,9 @@ class ControlPlane:
         # published; the last good config (Envoy's and the filter's) keeps serving.
         missing = self.cache.missing_references(snapshot)
         if missing:
-            return self._reject([f"inconsistent snapshot, not published: {m}" for m in missing])
+            shown = [f"inconsistent snapshot, not published: {m}" for m in missing[:5]]
+            more = [f"(and {len(missing) - 5} more)"] if len(missing) > 5 else []
+            return self._reject(shown + more)
         changed = _changed_types(self.snapshot, snapshot)
         self.config = config
         self.model = model

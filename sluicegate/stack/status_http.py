@@ -61,9 +61,7 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
         },
         "versions": {} if cp.snapshot is None else cp.snapshot.versions(),
         "models": [] if cp.model is None else sorted(cp.model.served),
-        "drained": sorted(
-            cp.drained | {p.name for p in (cp.config.providers if cp.config else ()) if p.drain}
-        ),
+        "drained": [] if cp.model is None else sorted(cp.model.drained),
         "nodes": [s.to_dict() for s in cp.cache.status()],
     }
 

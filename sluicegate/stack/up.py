@@ -65,8 +65,15 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
     async with contextlib.AsyncExitStack() as stack:
         if options.work_dir is None:
             # A folder `up` made itself; first in, so it goes last, once every process
-            # writing into it has stopped. --work-dir keeps the logs.
-            stack.callback(shutil.rmtree, work_dir, ignore_errors=True)
+            # writing into it has stopped. --work-dir keeps the logs, and so does a
+            # failure: its error names the logs to read (EnvoyStartError, for one).
+            def remove_unless_failed(failed: type[BaseException] | None, *_: object) -> None:
+                if failed is None:
+                    shutil.rmtree(work_dir, ignore_errors=True)
+                else:
+                    log.error("logs kept in %s", work_dir)
+
+            stack.push(remove_unless_failed)
         if options.start_mocks:
             mocks = await asyncio.to_thread(start_mocks, config, keys, work_dir)
             stack.callback(stop_mocks, mocks)

@@ -4,7 +4,8 @@ Shipped with the package so that the test suite and `benchmarks/` share one copy
 free ports (`ports`), a real redis-server process (`redis_server`), static Envoy
 bootstraps, from translated resources (`bootstraps`) or hand-written with both ext_proc
 stages (`static_gateway`), ext_proc request messages as Envoy sends them
-(`ext_proc_messages`), and an ADS client that behaves like Envoy (`ads_client`).
+(`ext_proc_messages`), an ADS client that behaves like Envoy (`ads_client`), and a
+process's CPU, memory and children read from /proc (`procfs`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ from .bootstraps import (
 )
 from .ext_proc_messages import HOST_METADATA_A, ROUTE_METADATA_V1, body_message, headers_message
 from .ports import free_port, free_ports
+from .procfs import (
+    alive,
+    children_of,
+    cpu_by_role,
+    cpu_seconds,
+    rss_bytes,
+    running_children,
+    sys_seconds,
+)
 from .redis_server import RedisServer
 from .static_gateway import Provider, Route, ext_proc_filter, static_gateway
 
@@ -35,14 +45,21 @@ __all__ = [
     "Route",
     "admin",
     "ads_bootstrap",
+    "alive",
     "body_message",
+    "children_of",
+    "cpu_by_role",
+    "cpu_seconds",
     "ext_proc_filter",
     "free_port",
     "free_ports",
     "grpc_cluster",
     "headers_message",
+    "rss_bytes",
+    "running_children",
     "static_bootstrap",
     "static_gateway",
+    "sys_seconds",
     "to_dict",
     "without_sds_config",
 ]

@@ -93,6 +93,37 @@ def test_unclosed_bracket_or_quote_is_reported_where_it_opens(
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("version: 1\nroutes: [\n  {name: a}\n  {name: b}\n]\n", 4),
+        ("version: 1\nroutes: [  # ] in a comment\n  {name: a}\n  {b: 1}\n]\n", 4),
+        ('version: 1\nlisteners:\n  - name: "a\\q\n      b"\n', 3),
+    ],
+    ids=["comma-missing", "comment", "bad-escape"],
+)
+def test_a_mistake_inside_a_closed_bracket_or_quote_is_reported_where_it_is(
+    text: str, line: int
+) -> None:
+    """Only an opener that is never closed moves the problem to its own line."""
+    problem = only(problems_of(text))
+    assert problem.line == line
+    assert "not closed" not in problem.message
+
+
+@pytest.mark.parametrize("where", ["routes", "tenants"])
+def test_a_model_name_a_header_cannot_carry_is_refused(where: str) -> None:
+    """The routing stage sends the model to Envoy in a header: a control character in it
+    would make every reload fail in the filter, so the file is refused instead."""
+    route_model = '"bad\\tname"' if where == "routes" else "m"
+    text = MINIMAL.replace("models: [m]", f"models: [{route_model}]")
+    if where == "tenants":
+        text += 'tenants: [{name: t, models: ["x\\u0001"]}]\n'
+    problem = only([p for p in problems_of(text) if p.is_error])
+    assert problem.key_path == f"{where}[0].models"
+    assert "control character" in problem.message
+
+
 def test_yaml_bad_indentation_line() -> None:
     problem = only(problems_of("version: 1\nlisteners:\n  - name: gw\n   port: 1\n"))
     assert problem.line == 4

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from sluicegate.testing.procfs import alive, children_of
+from sluicegate.testing import alive, children_of
 from tests.ports import free_ports
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

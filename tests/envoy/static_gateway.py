@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from sluicegate.testing.static_gateway import Provider, Route, ext_proc_filter, static_gateway
+from sluicegate.testing import Provider, Route, ext_proc_filter, static_gateway
 
 __all__ = ["Provider", "Route", "ext_proc_filter", "static_gateway"]

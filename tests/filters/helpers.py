@@ -11,7 +11,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from sluicegate import wire
 from sluicegate.filters import RouteInfo, RoutingTable
-from sluicegate.testing.ext_proc_messages import (
+from sluicegate.testing import (
     HOST_METADATA_A,
     ROUTE_METADATA_V1,
     body_message,

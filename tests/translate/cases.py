@@ -88,6 +88,3 @@ class _Cases(Mapping[str, tuple[str, dict[str, str | None]]]):
 
 
 CASES = _Cases()
-
-# Older name of `model_of`, still imported by test_rules.py and test_resilience_rules.py.
-ir_of = model_of

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sluicegate.envoy import find_envoy_binary
-from sluicegate.testing.bootstraps import (
+from sluicegate.testing import (
     ads_bootstrap,
     static_bootstrap,
     to_dict,

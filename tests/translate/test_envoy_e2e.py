@@ -50,7 +50,7 @@ class Upstream:
 @dataclass
 class Gateway:
     url: str
-    ir: ResolvedGateway
+    model: ResolvedGateway
     upstreams: dict[str, Upstream]
     ext_proc: fake_ext_proc.FakeExtProc
 
@@ -151,7 +151,7 @@ async def test_models_list_is_answered_by_envoy_without_python(gateway: Gateway)
     before = len(gateway.ext_proc.seen)
     status, content_type, body = await _call(gateway, "GET", "/v1/models")
     assert (status, content_type) == (200, "application/json")
-    assert body == models_list_json(gateway.ir)  # not re-wrapped by local_reply_config
+    assert body == models_list_json(gateway.model)  # not re-wrapped by local_reply_config
     status, _, body = await _call(gateway, "GET", "/v1/models/secure-model")
     assert status == 200
     assert json.loads(body)["id"] == "secure-model"

@@ -24,7 +24,7 @@ from sluicegate.xds.translate import (
 )
 from sluicegate.xds.translate.upstream_errors import UPSTREAM_ERRORS
 
-from .cases import config_of, ir_of
+from .cases import config_of, model_of
 from .test_rules import hcm_of
 
 HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -211,7 +211,7 @@ def test_pool_reuse_settings() -> None:
 
 
 def test_http2_provider_gets_http2_options_and_alpn() -> None:
-    ir = ir_of("http2_provider")
+    ir = model_of("http2_provider")
     found = cluster(ir, "h2")
     h2 = http_options(found).explicit_http_config.http2_protocol_options
     assert h2.max_concurrent_streams.value == 50
@@ -231,7 +231,7 @@ def test_http2_provider_gets_http2_options_and_alpn() -> None:
 
 
 def test_health_checks_per_route_cluster_and_opt_out_per_endpoint() -> None:
-    ir = ir_of("health_check")
+    ir = model_of("health_check")
     (check,) = cluster(ir, "checked").health_checks
     assert check.http_health_check.path == "/v1/models"
     assert [(r.start, r.end) for r in check.http_health_check.expected_statuses] == [
@@ -256,7 +256,7 @@ def test_health_checks_per_route_cluster_and_opt_out_per_endpoint() -> None:
 
 
 def test_upstream_failures_get_their_own_codes_before_the_status_mappers() -> None:
-    reply = hcm_of(translate(ir_of("single_provider"))[LISTENER][0]).local_reply_config
+    reply = hcm_of(translate(model_of("single_provider"))[LISTENER][0]).local_reply_config
     mappers = list(reply.mappers)
     # After the JSON pass-through: a drill's abort keeps its status (flag FI).
     assert mappers[1].filter.response_flag_filter.flags == ["FI"]

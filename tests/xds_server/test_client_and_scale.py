@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import grpc
 
-from sluicegate.testing.ads_client import AdsClient
+from sluicegate.testing import AdsClient
 from sluicegate.xds.resource import CLUSTER, ENDPOINT, LISTENER, ROUTE
 
 from .helpers import Ads, snapshot
