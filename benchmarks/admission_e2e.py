@@ -17,13 +17,13 @@ import aiohttp
 
 from benchmarks.admission_stack import (
     counter_delta,
-    error_code,
     get_json,
     histogram_delta,
     histogram_quantile,
     metrics,
     sleep_or_stop,
 )
+from benchmarks.harness.answers import error_code
 from benchmarks.harness.stack import UpStack, addresses, start_stacks
 from benchmarks.harness.stats import percentile
 from sluicegate.config import hash_key

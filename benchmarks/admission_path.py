@@ -83,7 +83,7 @@ PACED: Final = {
 # ----- the gateways ----------------------------------------------------------------------------
 
 
-def _up_doc(variant: str, provider_port: int) -> dict[str, Any]:
+def up_doc(variant: str, provider_port: int) -> dict[str, Any]:
     (listen,) = free_ports(1)
     sluicegate = addresses()
     if variant == "admission x2":
@@ -135,7 +135,7 @@ def start_gateways(work: Path, mock: MockProvider, gateways: dict[str, Gateway])
     )
     stacks = []
     for variant in VARIANTS[1:]:  # started together, they boot in parallel
-        stack = UpStack(work / variant.replace(" ", "-"), _up_doc(variant, mock.port))
+        stack = UpStack(work / variant.replace(" ", "-"), up_doc(variant, mock.port))
         gateways[variant] = Gateway(stack.url, stack.pids, stack.stop)
         stacks.append(stack)
     for stack in stacks:

@@ -84,14 +84,6 @@ def counter_delta(
     return total
 
 
-def error_code(raw: bytes) -> str:
-    try:
-        error = json.loads(raw)["error"]
-        return str(error.get("code") or error.get("type"))
-    except (ValueError, KeyError, TypeError):
-        return "not-json"
-
-
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=seconds)

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from benchmarks.admission_path import CHAT, HEADERS, INSTANT, MODEL, _up_doc, start_mock
+from benchmarks.admission_path import CHAT, HEADERS, INSTANT, MODEL, start_mock, up_doc
 from benchmarks.admission_stack import get_json
 from benchmarks.harness.cli import benchmark_parser, command_line, record
 from benchmarks.harness.ext_proc_child import ExtProcChild
@@ -132,7 +132,7 @@ def static_bootstrap(
 
 def served_config(work: Path, mock: MockProvider) -> dict[str, Any]:
     """The config dump of `sluicegate up` serving the routing-only document."""
-    stack = UpStack(work / "served", _up_doc("routing", mock.port))
+    stack = UpStack(work / "served", up_doc("routing", mock.port))
     try:
         stack.wait_serving(MODEL, probe_headers("unused"))
         dump: dict[str, Any] = get_json(stack.admin + "/config_dump?include_eds")

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks.admission_path import CHAT, KEY, MODEL, Gateway, _up_doc
+from benchmarks.admission_path import CHAT, KEY, MODEL, Gateway, up_doc
 from benchmarks.harness.bootstraps import bootstrap, cluster, plain_gateway, typed
 from benchmarks.harness.cli import benchmark_parser, command_line, record
 from benchmarks.harness.processes import stop_tree, wait_listening
@@ -254,7 +254,7 @@ def start_gateways(work: Path, provider_port: int, gateways: dict[str, Gateway])
         gateways[name] = _gateway_of(envoy, [server])
     stacks = []
     for name, variant in zip(STACKS, ("routing", "admission"), strict=True):
-        stack = UpStack(work / variant, _up_doc(variant, provider_port))
+        stack = UpStack(work / variant, up_doc(variant, provider_port))
         gateways[name] = Gateway(stack.url, stack.pids, stack.stop)
         stacks.append(stack)
     for stack in stacks:

@@ -82,6 +82,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from benchmarks.harness.answers import error_code
 from benchmarks.harness.cli import benchmark_parser, command_line
 from benchmarks.harness.results import machine, today, update_section
 from benchmarks.harness.stack import MockProvider, Ports, UpStack
@@ -394,14 +395,6 @@ async def closed_loop(
 
         await asyncio.gather(*(worker() for _ in range(clients)))
     return records
-
-
-def error_code(raw: bytes) -> str:
-    try:
-        error = json.loads(raw)["error"]
-        return str(error.get("code") or error.get("type"))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return "non-json"
 
 
 # ----- part 1: one of two providers failing ---------------------------------------------------
