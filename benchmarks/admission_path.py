@@ -93,7 +93,13 @@ def up_doc(variant: str, provider_port: int) -> dict[str, Any]:
         "version": 1,
         "sluicegate": sluicegate,
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen}],
-        "providers": [{"name": "mock", "base_url": f"http://127.0.0.1:{provider_port}/v1"}],
+        "providers": [
+            {
+                "name": "mock",
+                "base_url": f"http://127.0.0.1:{provider_port}/v1",
+                "forward_headers": ["x-mock-*"],  # a plain mock process: its knobs pass
+            }
+        ],
         "routes": [{"name": "chat", "models": [MODEL], "backends": [{"provider": "mock"}]}],
     }
     if variant != "routing":

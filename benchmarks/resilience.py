@@ -271,16 +271,26 @@ def gateway_doc(ports: Ports, ca: Path, plan: Plan) -> dict[str, Any]:
         "version": 1,
         "sluicegate": ports.sluicegate(),
         # Every built-in default, except that a hung attempt gives up after 1 s, not 90 s.
-        "defaults": {"timeouts": {"first_byte": FIRST_BYTE}},
+        "defaults": {"timeouts": {"first_byte": FIRST_BYTE, "first_token": FIRST_BYTE}},
         "listeners": [{"name": "gateway", "address": "127.0.0.1", "port": ports.listener}],
         "providers": [
-            {"name": "a", "base_url": f"http://127.0.0.1:{ports.providers['a']}/v1"},
-            {"name": "b", "base_url": f"http://127.0.0.1:{ports.providers['b']}/v1"},
+            # Plain mock processes, not `mock:` providers: their x-mock-* knobs must pass.
+            {
+                "name": "a",
+                "base_url": f"http://127.0.0.1:{ports.providers['a']}/v1",
+                "forward_headers": ["x-mock-*"],
+            },
+            {
+                "name": "b",
+                "base_url": f"http://127.0.0.1:{ports.providers['b']}/v1",
+                "forward_headers": ["x-mock-*"],
+            },
             # The IP literal is where to connect; SNI and the checked name come from tls.sni.
             {
                 "name": "tls",
                 "base_url": f"https://127.0.0.1:{ports.providers['tls']}/v1",
                 "tls": {"sni": SERVER_NAME, "ca_file": str(ca)},
+                "forward_headers": ["x-mock-*"],
             },
         ],
         "routes": routes,

@@ -102,7 +102,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print(json.dumps(document, indent=2))
     last = document.get("last_reload") or {}
     nacked = [n for n in document.get("nodes", []) if any(n.get("nacks", {}).values())]
-    return 0 if last.get("ok", False) and not nacked else 1
+    down = [p for p in document.get("processes", []) if p.get("state") != "up"]
+    for process in down:
+        print(f"{process['kind']} {process['name']} is {process['state']}", file=sys.stderr)
+    return 0 if last.get("ok", False) and not nacked and not down else 1
 
 
 def _cmd_drain(args: argparse.Namespace) -> int:
@@ -232,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hash_key.set_defaults(func=_cmd_hash_key)
 
-    status = sub.add_parser("status", help="show config version, Envoy nodes and NACKs")
+    status = sub.add_parser("status", help="show the config, Envoy nodes, NACKs and every process")
     status.add_argument("--address", default="127.0.0.1:9100", help="sluicegate HTTP HOST:PORT")
     status.set_defaults(func=_cmd_status)
     return parser

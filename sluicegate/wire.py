@@ -17,6 +17,8 @@ STAGE_METADATA_KEY: Final = "x-sluicegate-stage"
 STAGE_ROUTING: Final = "routing"  # downstream HTTP filter: parse body, pick route
 STAGE_ATTEMPT: Final = "attempt"  # upstream (per attempt) filter: per-provider rewrites
 STAGE_USAGE: Final = "usage"  # downstream observer: reads usage off the response, never waits
+# downstream, a provider's non-JSON error answer only: wraps it in OpenAI's error JSON
+STAGE_ERROR_BODY: Final = "error_body"
 
 # Past a queued request's longest wait, how long Envoy still waits for the routing stage's
 # answer: the filter asks for it (override_message_timeout), the translator allows it.
@@ -26,6 +28,19 @@ QUEUE_MARGIN_MS: Final = 2_000
 PRIORITY_HEADER: Final = "x-sluicegate-priority"
 # Client credentials the admission stage reads and removes before anything goes upstream.
 CLIENT_KEY_HEADERS: Final = ("authorization", "x-api-key", "api-key")
+
+# Request headers a client may send, as the routing stage sees them (Envoy's defaults:
+# 100 headers, pseudo-headers and those Envoy adds on arrival included, and 60 KiB); the
+# routing stage answers 431 above either. Envoy's own limit (HCM max_headers_count,
+# max_request_headers_kb) is that plus the headroom: Envoy checks its limit again after
+# every ext_proc header mutation, and the gateway adds headers after the routing stage
+# (the model and usage headers, the router's x-envoy-*, the provider header and key,
+# per-provider extra headers), so a valid request is never pushed over it into a 500
+# (header_mutation_result_exceeds_limit).
+MAX_REQUEST_HEADERS: Final = 100
+MAX_REQUEST_HEADERS_KB: Final = 60
+REQUEST_HEADERS_HEADROOM: Final = 32
+REQUEST_HEADERS_HEADROOM_KB: Final = 16
 
 # Dynamic metadata (namespace METADATA_NAMESPACE) the admission stage sets on an admitted
 # request: the usage observer and the usage log read the reservation from it, and routes
@@ -49,11 +64,21 @@ USAGE_HEADER: Final = "x-sluicegate-usage"
 USAGE_BY_LOG: Final = "log"
 USAGE_BY_OBSERVER: Final = "observer"
 USAGE_UNREAD: Final = "none"
+# Set (value "true") by the routing stage, with the model header, on a request whose body
+# has `"stream": true`: it selects the model route's stream twin, whose attempts wait
+# timeouts.first_token (xds/translate/streams.py). Stripped before routing when a client
+# sends it; the twin removes it before a provider sees it.
+STREAM_HEADER: Final = "x-sluicegate-stream"
 # Envoy's json_to_metadata filter writes a JSON answer's usage members here; the access
 # log carries them to the ext_proc servers with the request's other metadata.
 USAGE_METADATA_NAMESPACE: Final = "sluicegate.usage"
 USAGE_MEMBERS: Final = ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
 USAGE_LOG_NAME: Final = "sluicegate-usage"
+# A JSON media type (application/json, application/problem+json …, any parameters such as
+# charset), case-insensitive; RE2 and Python `re` read it alike. Envoy's json_to_metadata
+# reads usage from such answers, the usage observer parses them, and a provider's error
+# answer of any other type is wrapped in OpenAI's error JSON.
+JSON_MEDIA_TYPE_REGEX: Final = r"(?i)\s*application/([a-z0-9.+-]*\+)?json\s*(;.*)?"
 # response header -> dynamic metadata key holding its value
 RATELIMIT_HEADERS: Final = (
     ("x-ratelimit-limit-requests", "ratelimit_limit_requests"),

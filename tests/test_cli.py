@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from sluicegate.envoy import find_envoy_binary
-from tests.e2e.stack import quickstart_on_free_ports
+from sluicegate.testing import quickstart_on_free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

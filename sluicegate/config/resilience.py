@@ -77,11 +77,13 @@ class Timeouts(_Section):
 
     # TCP connect plus TLS handshake to a provider (Envoy: cluster connect_timeout).
     connect: Duration = Field(default=3_000, ge=1)
-    # Per attempt: until the provider's response headers. A streamed answer's headers
-    # come with its first token; a non-streamed answer's come when the whole answer is
-    # ready, so this bounds the whole generation of non-streamed requests. Once headers
-    # are forwarded it stops: it never cuts a stream. 0: none.
+    # Per attempt of a non-streamed request: until the provider's response headers, which
+    # come when the whole answer is ready, so this bounds the whole generation. 0: none.
     first_byte: Duration = Field(default=90_000, ge=0)
+    # Per attempt of a streamed request (`"stream": true`): until the provider's response
+    # headers, which come with the first token, so a hung provider is left this soon for
+    # another. Once headers are forwarded it stops: it never cuts a stream. 0: none.
+    first_token: Duration = Field(default=15_000, ge=0)
     # Per attempt: longest silence from the provider, also before the first byte;
     # restarts on every byte, so a stream that keeps producing is never cut. 0: none.
     idle: Duration = Field(default=120_000, ge=0)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .addresses import is_ip_address, split_host_port
 from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant, check_model_names
 from .durations import Duration
+from .headers import check_forwarded_name, check_header_name, check_header_value, check_unique
 from .resilience import (
     HealthCheck,
     OutlierDetection,
@@ -111,6 +112,25 @@ class Provider(Strict):
     # Rate limits of this provider (an account's RPM/TPM), counted like the gate: for the
     # routes that send to this provider alone.
     rate_limits: RateLimits | None = None
+    # Fixed request headers sent to this provider, e.g. {OpenAI-Organization: org-...};
+    # they replace a client's. Not secret: config dumps show them (keys go in api_key).
+    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
+    # Client request headers this provider receives beyond the built-in allowlist: names,
+    # or `prefix*` (docs/architecture.md, "What a provider receives").
+    forward_headers: list[str] = Field(default_factory=list, max_length=24)
+
+    @field_validator("headers")
+    @classmethod
+    def _valid_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        check_unique([check_header_name(name) for name in value], "headers")
+        return {check_header_name(name): check_header_value(name, v) for name, v in value.items()}
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _valid_forward_headers(cls, value: list[str]) -> list[str]:
+        names = [check_forwarded_name(name) for name in value]
+        check_unique(names, "forward_headers")
+        return names
 
     @field_validator("base_url")
     @classmethod

@@ -305,6 +305,11 @@ def check_health_checks(doc: Document, at: Locator) -> Iterable[Problem]:
 Finding = tuple[Severity, tuple[tuple[str, ...], ...], str]
 
 
+def _listed(timers: list[tuple[str, int]]) -> str:
+    """`first_byte (30s) and first_token (15s)`."""
+    return " and ".join(f"{name} ({format_duration_ms(value)})" for name, value in timers)
+
+
 def _setting_findings(settings: Resilience) -> Iterator[Finding]:
     """Rules on one set of settings: (severity, the fields involved, message)."""
     timeouts = settings.timeouts
@@ -328,20 +333,28 @@ def _setting_findings(settings: Resilience) -> Iterator[Finding]:
             f"base_ejection_time ({format_duration_ms(outlier.base_ejection_time)}) is longer "
             f"than max_ejection_time ({format_duration_ms(outlier.max_ejection_time)})",
         )
-    if first_byte and idle and idle < first_byte:
+    # The per-attempt timers that end at the response headers: non-streamed, streamed.
+    header_timers = [
+        (name, value)
+        for name, value in (("first_byte", first_byte), ("first_token", timeouts.first_token))
+        if value
+    ]
+    cut_by_idle = [(name, value) for name, value in header_timers if idle and idle < value]
+    if cut_by_idle:
         yield (
             "warning",
-            (("timeouts", "idle"), ("timeouts", "first_byte")),
-            f"idle ({format_duration_ms(idle)}) is shorter than first_byte "
-            f"({format_duration_ms(first_byte)}): the idle timer also runs while waiting for "
-            "the first byte, so it fires first and first_byte never does",
+            (("timeouts", "idle"), *(("timeouts", name) for name, _ in cut_by_idle)),
+            f"idle ({format_duration_ms(idle)}) is shorter than {_listed(cut_by_idle)}: the "
+            "idle timer also runs while waiting for the first byte, so it fires first and "
+            f"{'it never does' if len(cut_by_idle) == 1 else 'they never do'}",
         )
-    if total and first_byte and first_byte >= total:
+    too_long = [(name, value) for name, value in header_timers if total and value >= total]
+    if too_long:
         yield (
             "warning",
-            (("timeouts", "first_byte"), ("timeouts", "total")),
-            f"first_byte ({format_duration_ms(first_byte)}) is not shorter than total "
-            f"({format_duration_ms(total)}), so a slow attempt is never retried",
+            (*(("timeouts", name) for name, _ in too_long), ("timeouts", "total")),
+            f"{_listed(too_long)} {'is' if len(too_long) == 1 else 'are'} not shorter than "
+            f"total ({format_duration_ms(total)}), so a slow attempt is never retried",
         )
     if total and idle and idle >= total:
         yield (

@@ -1,9 +1,11 @@
-"""The bootstrap of an Envoy driven by sluicegate: identity, admin, the two static
-clusters (ADS and ext_proc), dynamic LDS/CDS over ADS, runtime and overload manager.
+"""The bootstrap of an Envoy driven by sluicegate: identity, admin, the static
+clusters (ADS and the two ext_proc ones), dynamic LDS/CDS over ADS, runtime and overload
+manager.
 
 Everything else (listeners, routes, provider clusters, endpoints) arrives over ADS.
 Only what cannot be pushed lives here: admin, the xDS cluster itself, the ext_proc
-cluster the pushed filters call, and the overload manager.
+clusters the pushed filters call (with the health checking that keeps a dead ext_proc
+server out of them: `_watch_ext_proc`), and the overload manager.
 """
 
 from __future__ import annotations
@@ -14,8 +16,14 @@ from typing import Any, Final, Literal
 
 import yaml
 from envoy.config.bootstrap.v3 import bootstrap_pb2
-from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
-from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2, protocol_pb2
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
+from envoy.config.core.v3 import (
+    base_pb2,
+    config_source_pb2,
+    grpc_service_pb2,
+    health_check_pb2,
+    protocol_pb2,
+)
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.overload.v3 import overload_pb2
 from envoy.extensions.resource_monitors.downstream_connections.v3 import (
@@ -23,6 +31,7 @@ from envoy.extensions.resource_monitors.downstream_connections.v3 import (
 )
 from envoy.extensions.resource_monitors.fixed_heap.v3 import fixed_heap_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from envoy.type.v3 import percent_pb2
 from google.protobuf import any_pb2, duration_pb2, json_format, struct_pb2, wrappers_pb2
 
 from sluicegate import wire
@@ -41,6 +50,14 @@ _BIG_LIMIT: Final = 1_000_000
 _CONNECT_TIMEOUT_S: Final = 2
 _KEEPALIVE_INTERVAL_S: Final = 30
 _KEEPALIVE_TIMEOUT_S: Final = 5
+# How fast a dead ext_proc server leaves the ext_proc clusters (see _watch_ext_proc): a TCP
+# connect every 0.5 s, one failure marks it unhealthy, one success brings it back.
+EXT_PROC_HEALTH_INTERVAL_S: Final = 0.5
+_EXT_PROC_HEALTH_TIMEOUT_S: Final = 0.25
+# Streams that failed to connect or were reset, in a row, before a server is ejected at
+# once (between two health checks); the next passing health check un-ejects it.
+EXT_PROC_EJECT_AFTER_FAILURES: Final = 2
+_EXT_PROC_EJECTION_S: Final = 10
 
 
 def _seconds(value: float) -> duration_pb2.Duration:
@@ -99,6 +116,60 @@ def _grpc_cluster(name: str, *addresses: str) -> cluster_pb2.Cluster:
     if not by_ip:
         cluster.dns_lookup_family = cluster_pb2.Cluster.V4_PREFERRED
     cluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].Pack(options)
+    return cluster
+
+
+def _watch_ext_proc(cluster: cluster_pb2.Cluster) -> cluster_pb2.Cluster:
+    """Keep a dead ext_proc server out of `cluster` within about a second, and bring it
+    back as soon as it listens again.
+
+    - An active TCP health check (connect only, a new connection each time, so a server
+      never closes an idle probe on us) every 0.5 s: a killed server refuses the next
+      probe and is unhealthy until a probe connects again. TCP, not gRPC health, so the
+      servers need no grpc.health.v1 service (no extra dependency); a server that is
+      alive but wedged is left to ext_proc's message_timeout.
+    - Outlier detection on local-origin failures only (connect failures, resets): a few
+      failed streams in a row eject the server at once, before the next probe.
+      Everything the ext_proc server answers itself (a gRPC status) is left alone, so
+      a client's bad request never ejects a server. A passing probe un-ejects it.
+    - No panic mode: with every server down Envoy sends to none (the ext_proc filter
+      then fails with gRPC UNAVAILABLE, which the listener answers as a 503) instead of
+      spreading requests over dead servers.
+    """
+    health = health_check_pb2.HealthCheck(
+        timeout=_seconds(_EXT_PROC_HEALTH_TIMEOUT_S),
+        interval=_seconds(EXT_PROC_HEALTH_INTERVAL_S),
+        # Without traffic Envoy would probe every 60 s: a server that died while idle
+        # would still take the first requests.
+        no_traffic_interval=_seconds(EXT_PROC_HEALTH_INTERVAL_S),
+        unhealthy_threshold=wrappers_pb2.UInt32Value(value=1),
+        healthy_threshold=wrappers_pb2.UInt32Value(value=1),
+        reuse_connection=wrappers_pb2.BoolValue(value=False),
+        tcp_health_check=health_check_pb2.HealthCheck.TcpHealthCheck(),
+    )
+    cluster.health_checks.append(health)
+
+    def u32(value: int) -> wrappers_pb2.UInt32Value:
+        return wrappers_pb2.UInt32Value(value=value)
+
+    cluster.outlier_detection.CopyFrom(
+        outlier_detection_pb2.OutlierDetection(
+            split_external_local_origin_errors=True,
+            consecutive_local_origin_failure=u32(EXT_PROC_EJECT_AFTER_FAILURES),
+            enforcing_consecutive_local_origin_failure=u32(100),
+            enforcing_consecutive_5xx=u32(0),
+            enforcing_consecutive_gateway_failure=u32(0),
+            enforcing_success_rate=u32(0),
+            enforcing_local_origin_success_rate=u32(0),
+            enforcing_failure_percentage=u32(0),
+            enforcing_failure_percentage_local_origin=u32(0),
+            interval=_seconds(1),
+            base_ejection_time=_seconds(_EXT_PROC_EJECTION_S),
+            max_ejection_percent=u32(100),
+            successful_active_health_check_uneject_host=wrappers_pb2.BoolValue(value=True),
+        )
+    )
+    cluster.common_lb_config.healthy_panic_threshold.CopyFrom(percent_pb2.Percent(value=0))
     return cluster
 
 
@@ -223,8 +294,12 @@ def make_bootstrap(
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(
             clusters=[
                 _grpc_cluster(wire.XDS_CLUSTER, xds_address),
-                _grpc_cluster(wire.EXT_PROC_CLUSTER, *_addresses(ext_proc_address)),
-                _grpc_cluster(wire.EXT_PROC_SIDE_CLUSTER, *_addresses(ext_proc_address)),
+                _watch_ext_proc(
+                    _grpc_cluster(wire.EXT_PROC_CLUSTER, *_addresses(ext_proc_address))
+                ),
+                _watch_ext_proc(
+                    _grpc_cluster(wire.EXT_PROC_SIDE_CLUSTER, *_addresses(ext_proc_address))
+                ),
             ]
         ),
         dynamic_resources=_dynamic_resources(ads_mode, initial_fetch_timeout_s),

@@ -59,7 +59,7 @@ def inspect_request(body: bytes, *, max_output_tokens: int) -> RequestFacts:
     members = find_members(text, READ_MEMBERS)
     return RequestFacts(
         model=read_model(members.get("model")),
-        stream=_stream(members.get("stream")),
+        stream=read_stream(members.get("stream")),
         include_usage=_include_usage(members.get("stream_options")),
         max_tokens=_max_tokens(members, max_output_tokens),
         n=_n(members.get("n")),
@@ -85,7 +85,7 @@ def read_model(member: Member | None) -> str:
     return member.value
 
 
-def _stream(member: Member | None) -> bool:
+def read_stream(member: Member | None) -> bool:
     if member is None or member.value is None:
         return False
     if not isinstance(member.value, bool):

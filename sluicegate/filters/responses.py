@@ -78,9 +78,20 @@ def openai_error(
     param: str | None = None,
     code: str | None = None,
 ) -> bytes:
-    """An OpenAI-style error document."""
+    """An OpenAI-style error document, always valid UTF-8: a message may echo client text
+    (a model name) holding a lone surrogate, which UTF-8 cannot carry, so any such code
+    point becomes U+FFFD rather than failing the request."""
     document = {"error": {"message": message, "type": type, "param": param, "code": code}}
-    return json.dumps(document, ensure_ascii=False).encode("utf-8")
+    return utf8_text(json.dumps(document, ensure_ascii=False))
+
+
+def utf8_text(text: str) -> bytes:
+    """`text` as UTF-8, each lone surrogate replaced by U+FFFD (JSON's "\\ud800" escapes
+    and undecodable header bytes kept by surrogateescape both produce them)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
 
 
 def immediate_error(

@@ -3,7 +3,7 @@
 Registered as a generic handler whose response serializer is the identity:
 stage code returns the wire bytes of each ProcessingResponse, most of them
 prebuilt. The stage comes from the gRPC initial metadata the filter config
-sets (`x-sluicegate-stage: routing | attempt`).
+sets (`x-sluicegate-stage: routing | usage | attempt | error_body`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from . import errors
 from .admission import AdmissionController, AdmissionStream, UsageLog, UsageStream
 from .attempt import AttemptCaches, AttemptStream
 from .counters import Counters
-from .responses import INTERNAL_ERROR
+from .error_body import ErrorBodyStream
+from .responses import INTERNAL_ERROR, PASS_THROUGH
 from .table import RoutingTable
 
 SERVICE_NAME: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
@@ -141,6 +142,17 @@ class ExtProcService:
                         counters.inc(wire.STAGE_USAGE, outcome.INTERNAL_ERROR)
             finally:
                 usage.finish()
+        elif stage == wire.STAGE_ERROR_BODY:
+            wrapper = ErrorBodyStream(counters)
+            async for request in requests:
+                try:
+                    answer = wrapper.on_message(request)
+                except Exception:
+                    log.exception("error-body stage failed on a message")
+                    counters.inc(wire.STAGE_ERROR_BODY, outcome.INTERNAL_ERROR)
+                    # The provider's answer passes unchanged rather than becoming a 500.
+                    answer = PASS_THROUGH.get(request.WhichOneof("request") or "", b"")
+                yield answer
         elif stage == wire.STAGE_ATTEMPT:
             attempt = AttemptStream(self._attempt_caches, counters)
             async for request in requests:

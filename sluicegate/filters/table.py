@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sluicegate import wire
 from sluicegate.config import check_model_names
 from sluicegate.model import Gateway, first_match
 
+from .request_limits import body_too_large, check_headers
 from .responses import common, request_body_answer, set_header
 
 
@@ -25,9 +27,11 @@ def _header_value(model: str) -> bytes:
     return model.encode("utf-8")
 
 
-def _routed_answer(model: str) -> bytes:
-    header = set_header(wire.MODEL_HEADER, _header_value(model))
-    return request_body_answer(common([header], clear_route_cache=True))
+def _routed_answer(model: str, *, stream: bool) -> bytes:
+    headers = [set_header(wire.MODEL_HEADER, _header_value(model))]
+    if stream:  # selects the route's stream twin (timeouts.first_token)
+        headers.append(set_header(wire.STREAM_HEADER, b"true"))
+    return request_body_answer(common(headers, clear_route_cache=True))
 
 
 class RoutingTable:
@@ -37,20 +41,36 @@ class RoutingTable:
     never see a half-built table, so the hot path takes no lock.
     """
 
-    __slots__ = ("_answers", "_by_prefix", "_candidates", "_routes")
+    __slots__ = (
+        "_answers",
+        "_body_too_large",
+        "_by_prefix",
+        "_candidates",
+        "_max_body_bytes",
+        "_routes",
+    )
 
     def __init__(
         self,
         routes: Mapping[str, RouteInfo] | None = None,
         candidates: Mapping[str, Sequence[RouteInfo]] | None = None,
+        *,
+        max_body_bytes: int | None = None,
     ) -> None:
         """`routes`: a model's first route; `candidates`: every route serving a model, in
-        match order, when several serve it under different path prefixes."""
+        match order, when several serve it under different path prefixes;
+        `max_body_bytes`: limits.max_request_body_bytes (None: no declared-length check)."""
+        self._max_body_bytes = max_body_bytes
+        self._body_too_large = body_too_large(max_body_bytes) if max_body_bytes else b""
         self._routes: dict[str, RouteInfo] = dict(routes or {})
         self._candidates: dict[str, tuple[RouteInfo, ...]] = {
             model: tuple(infos) for model, infos in (candidates or {}).items() if len(infos) > 1
         }
-        self._answers: dict[str, bytes] = {model: _routed_answer(model) for model in self._routes}
+        self._answers: dict[tuple[str, bool], bytes] = {
+            (model, stream): _routed_answer(model, stream=stream)
+            for model in self._routes
+            for stream in (False, True)
+        }
         by_prefix: dict[str, set[str]] = {}
         for model, info in self._routes.items():
             by_prefix.setdefault(info.path_prefix, set()).add(model)
@@ -71,7 +91,15 @@ class RoutingTable:
             model: [RouteInfo(route.name, route.path_prefix) for route in routes]
             for model, routes in gateway.served.items()
         }
-        return cls({model: infos[0] for model, infos in candidates.items()}, candidates)
+        return cls(
+            {model: infos[0] for model, infos in candidates.items()},
+            candidates,
+            max_body_bytes=gateway.limits.max_request_body_bytes,
+        )
+
+    def refuse_headers(self, message: Any) -> bytes | None:
+        """The 431 or 413 for request headers over a limit (request_limits.py), or None."""
+        return check_headers(message, self._max_body_bytes, self._body_too_large)
 
     def get(self, model: str) -> RouteInfo | None:
         return self._routes.get(model)
@@ -87,9 +115,10 @@ class RoutingTable:
         """Path prefix -> the models served under it (what `<prefix>models` lists)."""
         return self._by_prefix
 
-    def routed_answer(self, model: str) -> bytes | None:
-        """The serialized body answer that routes `model`, or None if no route serves it."""
-        return self._answers.get(model)
+    def routed_answer(self, model: str, *, stream: bool = False) -> bytes | None:
+        """The serialized body answer that routes `model` (a streamed request to the
+        route's stream twin), or None if no route serves it."""
+        return self._answers.get((model, stream))
 
     def __contains__(self, model: object) -> bool:
         return model in self._routes

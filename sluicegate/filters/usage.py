@@ -32,12 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from sluicegate import wire
+
 DEFAULT_MAX_JSON_BYTES: Final = 8 * 1024 * 1024
 MAX_TOKEN_COUNT: Final = 10**9  # larger usage numbers are garbage, not usage
 # Kept from an over-long JSON response to find its usage (OpenAI puts it last).
 JSON_TAIL_BYTES: Final = 64 * 1024
 
 _DECODER: Final = json.JSONDecoder()
+_JSON_MEDIA: Final = re.compile(wire.JSON_MEDIA_TYPE_REGEX)
 _skip_ws: Final[Callable[[str, int], re.Match[str]]] = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 _RESPONSES_END: Final = frozenset(("response.completed", "response.incomplete", "response.failed"))
 _DELTA_TEXT: Final = ("content", "reasoning_content", "reasoning", "refusal")
@@ -73,7 +76,8 @@ def usage_parser(
     media = (content_type or "").partition(";")[0].strip().lower()
     if media == "text/event-stream":
         return SseUsageParser(max_json_bytes)
-    if not media or media == "application/json" or media.endswith("+json"):
+    # The media types Envoy's json_to_metadata reads too (one rule: wire.py).
+    if not media or _JSON_MEDIA.fullmatch(media):
         return JsonUsageParser(max_json_bytes)
     return NullUsageParser()
 

@@ -18,6 +18,10 @@ Scheme = Literal["http", "https"]
 
 # Used when a provider's TLS section names no CA bundle (Debian/Ubuntu location).
 SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+# A mock provider's per-request knobs (sluicegate/provider/faults.py) are its API, so a
+# provider with `mock:` receives them; any other provider only if its forward_headers
+# say so (a test that runs its own mocks: `forward_headers: ["x-mock-*"]`).
+MOCK_KNOBS = "x-mock-*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,11 @@ class Provider:
     # only the routes that send to this provider alone (Route.sole_provider, Route.gates).
     concurrency: config.Concurrency | None = None
     rate_limits: config.RateLimits | None = None
+    # What this provider receives beyond the translator's built-in allowlist of client
+    # headers (xds/translate/forwarded_headers.py): more client headers (names, or
+    # `prefix*`), and fixed headers of its own. Lower-case names, sorted.
+    forward_headers: tuple[str, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_ip(self) -> bool:
@@ -117,6 +126,10 @@ def resolve_provider(provider: config.Provider, key: str | None) -> Provider:
         health_check=_health_check(provider),
         concurrency=provider.concurrency,
         rate_limits=provider.rate_limits,
+        forward_headers=tuple(
+            sorted({*provider.forward_headers, *([MOCK_KNOBS] if provider.mock else [])})
+        ),
+        headers=tuple(sorted(provider.headers.items())),
     )
 
 

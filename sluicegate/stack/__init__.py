@@ -1,6 +1,31 @@
-"""The running stack: control plane process composition for `sluicegate up`."""
+"""The running stack: control plane process composition for `sluicegate up`.
 
-from sluicegate.stack.control_plane import ControlPlane, ReloadOutcome
-from sluicegate.stack.up import UpOptions, run_up
+Names are imported on first use, so `sluicegate ext-proc` (stack.replica) does not load
+the control plane, the xDS server and the translator it never uses: a replica that `up`
+restarts is serving sooner.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sluicegate.stack.control_plane import ControlPlane, ReloadOutcome
+    from sluicegate.stack.up import UpOptions, run_up
 
 __all__ = ["ControlPlane", "ReloadOutcome", "UpOptions", "run_up"]
+
+_HOMES = {
+    "ControlPlane": "sluicegate.stack.control_plane",
+    "ReloadOutcome": "sluicegate.stack.control_plane",
+    "UpOptions": "sluicegate.stack.up",
+    "run_up": "sluicegate.stack.up",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'sluicegate.stack' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

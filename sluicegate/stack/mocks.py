@@ -1,29 +1,21 @@
 """Starts the mock providers a config declares (`mock:`), as child processes.
 
 Separate processes, so the mocks never share an event loop (or a core's
-scheduling) with the ext_proc filter they are measured through.
+scheduling) with the ext_proc filter they are measured through. `up` hands them to
+its Supervisor, which restarts one that dies.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sluicegate.config import Config
-from sluicegate.stack.children import spawn, stop, wait_listening
+from sluicegate.stack.supervisor import Child, ChildSpec, start_children, stop_children
 
 _KEY_ENV = "SLUICEGATE_MOCK_API_KEY"
-
-
-@dataclass
-class MockChild:
-    name: str
-    port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
 
 
 def mock_argv(name: str, port: int, key: str | None, config: Config) -> list[str]:
@@ -47,33 +39,33 @@ def mock_argv(name: str, port: int, key: str | None, config: Config) -> list[str
     return argv
 
 
-def start_mocks(config: Config, keys: dict[str, str | None], log_dir: Path) -> list[MockChild]:
+def mock_specs(config: Config, keys: Mapping[str, str | None], log_dir: Path) -> list[ChildSpec]:
+    """How to start each mock provider the config declares (the key goes in the
+    environment, never on the command line)."""
+    specs: list[ChildSpec] = []
+    for provider in config.providers:
+        if provider.mock is None:
+            continue
+        port = urlsplit(provider.base_url).port
+        assert port is not None  # validation requires an explicit port for mocks
+        key = keys.get(provider.name)
+        specs.append(
+            ChildSpec(
+                kind="mock_provider",
+                name=provider.name,
+                address=f"127.0.0.1:{port}",
+                argv=mock_argv(provider.name, port, key, config),
+                log_path=log_dir / f"mock-{provider.name}.log",
+                env={_KEY_ENV: key} if key else None,
+            )
+        )
+    return specs
+
+
+def start_mocks(config: Config, keys: Mapping[str, str | None], log_dir: Path) -> list[Child]:
     """Start every mock provider and wait until each accepts connections."""
-    children: list[MockChild] = []
-    try:
-        for provider in config.providers:
-            if provider.mock is None:
-                continue
-            port = urlsplit(provider.base_url).port
-            assert port is not None  # validation requires an explicit port for mocks
-            log_path = log_dir / f"mock-{provider.name}.log"
-            key = keys.get(provider.name)
-            argv = mock_argv(provider.name, port, key, config)
-            env = {_KEY_ENV: key} if key else None
-            children.append(MockChild(provider.name, port, spawn(argv, log_path, env), log_path))
-        for child in children:
-            _wait_listening(child)
-    except BaseException:
-        stop_mocks(children)
-        raise
-    return children
+    return start_children(mock_specs(config, keys, log_dir))
 
 
-def stop_mocks(children: list[MockChild]) -> None:
-    for child in children:
-        stop(child.process)
-
-
-def _wait_listening(child: MockChild, timeout_s: float = 15.0) -> None:
-    what = f"mock provider {child.name}"
-    wait_listening(child.process, "127.0.0.1", child.port, child.log_path, what, timeout_s)
+def stop_mocks(children: Sequence[Child]) -> None:
+    stop_children(children)

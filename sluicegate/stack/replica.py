@@ -3,8 +3,8 @@
 A replica reads the same YAML as the control plane (routes for model routing, tenants and
 limits for admission) and follows its edits. Replicas share rate limits only through a
 Redis store (`admission.store.kind: redis`); priority gates are per replica. `sluicegate
-up` starts one per `sluicegate.ext_proc_replicas` address; elsewhere (Kubernetes) run it
-as its own deployment beside Envoy.
+up` starts one per `sluicegate.ext_proc_replicas` address (and restarts one that dies);
+elsewhere (Kubernetes) run it as its own deployment beside Envoy.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,9 +23,9 @@ from prometheus_client import generate_latest
 from sluicegate.config import ConfigError, load_config, split_host_port
 from sluicegate.filters import ExtProcServer
 from sluicegate.model import build_model
-from sluicegate.stack.children import spawn, stop, wait_listening
 from sluicegate.stack.heap import settle_heap
 from sluicegate.stack.rejection import log_rejection
+from sluicegate.stack.supervisor import Child, ChildSpec, start_children, stop_children
 from sluicegate.stack.watcher import watch_file
 
 log = logging.getLogger("sluicegate.ext_proc")
@@ -91,26 +90,27 @@ async def run_ext_proc(
     return 0
 
 
-def start_replicas(
-    path: Path, addresses: Sequence[str], work_dir: Path
-) -> list[subprocess.Popen[bytes]]:
+def replica_specs(path: Path, addresses: Sequence[str], work_dir: Path) -> list[ChildSpec]:
+    """How to start `sluicegate ext-proc` for each address (log ext-proc-<index>.log)."""
+    return [
+        ChildSpec(
+            kind="ext_proc_replica",
+            name=address,
+            address=address,
+            argv=[sys.executable, "-m", "sluicegate", "ext-proc", str(path), "--address", address],
+            log_path=work_dir / f"ext-proc-{index}.log",
+        )
+        for index, address in enumerate(addresses)
+    ]
+
+
+def start_replicas(path: Path, addresses: Sequence[str], work_dir: Path) -> list[Child]:
     """Start `sluicegate ext-proc` for each address and wait until each listens."""
-    started: list[subprocess.Popen[bytes]] = []
-    try:
-        for index, address in enumerate(addresses):
-            log_path = work_dir / f"ext-proc-{index}.log"
-            argv = [sys.executable, "-m", "sluicegate", "ext-proc", str(path), "--address", address]
-            process = spawn(argv, log_path)
-            started.append(process)
-            host, port = split_host_port(address)
-            wait_listening(process, host, port, log_path, f"ext_proc replica {address}", 30.0)
-            log.info("ext_proc replica on %s", address)
-    except BaseException:
-        stop_replicas(started)
-        raise
-    return started
+    replicas = start_children(replica_specs(path, addresses, work_dir))
+    for replica in replicas:
+        log.info("ext_proc replica on %s", replica.spec.address)
+    return replicas
 
 
-def stop_replicas(processes: Sequence[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
-        stop(process)
+def stop_replicas(replicas: Sequence[Child]) -> None:
+    stop_children(replicas)

@@ -2,8 +2,9 @@
 
 Starts, in make-before-use order: the mock providers the config declares, the
 ADS server, the ext_proc filter, the status endpoint, and finally Envoy
-(bootstrapped to take everything else from the ADS server). SIGINT or SIGTERM
-stops all of it in reverse order; children also die with this process.
+(bootstrapped to take everything else from the ADS server). A mock or replica that
+dies is restarted (stack/supervisor.py); `/status` lists every process and its state.
+SIGINT or SIGTERM stops all of it in reverse order; children also die with this process.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sluicegate.config import ConfigError, load_config, resolve_api_keys, split_host_port
 from sluicegate.envoy import EnvoyProcess, make_bootstrap
@@ -25,6 +28,7 @@ from sluicegate.stack.heap import settle_heap
 from sluicegate.stack.mocks import start_mocks, stop_mocks
 from sluicegate.stack.replica import start_replicas, stop_replicas
 from sluicegate.stack.status_http import start_status_http
+from sluicegate.stack.supervisor import Supervisor
 from sluicegate.stack.watcher import watch_files
 from sluicegate.xds.server import SnapshotCache, serve_ads
 
@@ -74,9 +78,11 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
                     log.error("logs kept in %s", work_dir)
 
             stack.push(remove_unless_failed)
+        supervisor = Supervisor([])
         if options.start_mocks:
             mocks = await asyncio.to_thread(start_mocks, config, keys, work_dir)
             stack.callback(stop_mocks, mocks)
+            supervisor.add(mocks)
             for mock in mocks:
                 log.info("mock provider %s on 127.0.0.1:%d", mock.name, mock.port)
 
@@ -98,13 +104,42 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
             start_replicas, path, addresses.ext_proc_replicas, work_dir
         )
         stack.callback(stop_replicas, replicas)
+        supervisor.add(replicas)
+        envoy: EnvoyProcess | None = None
+
+        def processes() -> list[dict[str, Any]]:
+            """Every process of the stack, for /status: this one (xDS and the main
+            ext_proc), the supervised children, and Envoy."""
+            here = {"pid": os.getpid(), "state": "up", "restarts": 0, "last_exit": None}
+            found = [
+                {"kind": "control_plane", "name": "xds", "address": addresses.xds, **here},
+                {"kind": "ext_proc", "name": "main", "address": addresses.ext_proc, **here},
+                *supervisor.status(),
+            ]
+            if envoy is not None:
+                found.append(
+                    {
+                        "kind": "envoy",
+                        "name": options.node_id,
+                        "address": addresses.envoy_admin,
+                        "pid": envoy.pid,
+                        "state": "up" if envoy.running else "down",  # running reaps it
+                        "restarts": 0,
+                        "last_exit": envoy.returncode,
+                    }
+                )
+            return found
+
         http_host, http_port = split_host_port(addresses.http)
         runner = await start_status_http(
             control_plane,
             http_host,
             http_port,
             registries=[ext_proc.admission.metrics.registry],
-            extra_status=lambda: {"admission": ext_proc.admission.status()},
+            extra_status=lambda: {
+                "admission": ext_proc.admission.status(),
+                "processes": processes(),
+            },
         )
         stack.push_async_callback(runner.cleanup)
         log.info("xDS on %s, ext_proc on %s, status on %s",
@@ -123,6 +158,7 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
                                  concurrency=options.envoy_concurrency)  # fmt: skip
             await envoy.start()
             stack.push_async_callback(envoy.stop)
+            stack.callback(asyncio.create_task(_watch_envoy(envoy)).cancel)
             for listener in config.listeners:
                 log.info("gateway listening on http://%s:%d", listener.address, listener.port)
             log.info("Envoy admin on http://%s (logs in %s)", addresses.envoy_admin, work_dir)
@@ -130,8 +166,18 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
         # The config file and the key files it names: a rotated key reloads too.
         watcher = asyncio.create_task(watch_files(control_plane.watched_paths, control_plane.load))
         stack.callback(watcher.cancel)
+        # Cancelled first on the way out, so no child is restarted while being stopped.
+        stack.callback(asyncio.create_task(supervisor.run()).cancel)
         settle_heap()
         log.info("sluicegate is up; Ctrl-C stops everything")
         await stop_event.wait()
         log.info("stopping")
     return 0
+
+
+async def _watch_envoy(envoy: EnvoyProcess) -> None:
+    """Reap an Envoy that exits and say so (it is not restarted: /status shows it down)."""
+    while envoy.running:
+        await asyncio.sleep(0.5)
+    log.error("Envoy (pid %s) exited with status %s; its log: %s",
+              envoy.pid, envoy.returncode, envoy.log_path)  # fmt: skip

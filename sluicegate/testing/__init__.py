@@ -5,7 +5,9 @@ free ports (`ports`), a real redis-server process (`redis_server`), static Envoy
 bootstraps, from translated resources (`bootstraps`) or hand-written with both ext_proc
 stages (`static_gateway`), ext_proc request messages as Envoy sends them
 (`ext_proc_messages`), an ADS client that behaves like Envoy (`ads_client`), and a
-process's CPU, memory and children read from /proc (`procfs`).
+process's CPU, memory and children read from /proc (`procfs`), the quickstart on free
+ports (`quickstart`) and closed-loop load that sorts every request's outcome around a
+fault (`steady_load`).
 """
 
 from __future__ import annotations
@@ -30,19 +32,24 @@ from .procfs import (
     running_children,
     sys_seconds,
 )
+from .quickstart import EXAMPLES, quickstart_on_free_ports
 from .redis_server import RedisServer
 from .static_gateway import Provider, Route, ext_proc_filter, static_gateway
+from .steady_load import SETTLED_S, Verdict, judge, steady_load, wait_until
 
 __all__ = [
+    "EXAMPLES",
     "GRPC_EOF",
     "HOST_METADATA_A",
     "ROUTE_METADATA_V1",
+    "SETTLED_S",
     "AdsClient",
     "NackPolicy",
     "Provider",
     "Received",
     "RedisServer",
     "Route",
+    "Verdict",
     "admin",
     "ads_bootstrap",
     "alive",
@@ -55,11 +62,15 @@ __all__ = [
     "free_ports",
     "grpc_cluster",
     "headers_message",
+    "judge",
+    "quickstart_on_free_ports",
     "rss_bytes",
     "running_children",
     "static_bootstrap",
     "static_gateway",
+    "steady_load",
     "sys_seconds",
     "to_dict",
+    "wait_until",
     "without_sds_config",
 ]

@@ -70,9 +70,9 @@ def test_defaults_without_any_resilience_section() -> None:
     settings = effective(config.defaults, config.routes[0])
     assert settings == Resilience()
     timeouts = settings.timeouts
-    assert (timeouts.connect, timeouts.first_byte, timeouts.idle, timeouts.total) == (
-        3_000, 90_000, 120_000, 600_000,
-    )  # fmt: skip
+    assert (
+        timeouts.connect, timeouts.first_byte, timeouts.first_token, timeouts.idle, timeouts.total
+    ) == (3_000, 90_000, 15_000, 120_000, 600_000)  # fmt: skip
     assert settings.retries.max_retries == 2
     assert tuple(settings.retries.retry_on) == DEFAULT_RETRY_ON
     assert settings.pool.idle_timeout == 50_000  # below common provider keep-alives
@@ -84,7 +84,7 @@ def test_defaults_without_any_resilience_section() -> None:
 OVERRIDES = """\
 version: 1
 defaults:
-  timeouts: {first_byte: 20s, total: 5m}
+  timeouts: {first_byte: 20s, first_token: 8s, total: 5m}
   retries: {max_retries: 4, backoff: {base: 200ms, max: 3s}}
 listeners:
   - {name: gw, port: 10000}
@@ -94,7 +94,7 @@ routes:
   - name: chat
     models: [m]
     backends: [{provider: alpha}]
-    timeouts: {first_byte: 10s}
+    timeouts: {first_byte: 10s, first_token: 0}
     retries: {backoff: {max: 5s}, retry_on: [reset]}
     outlier_detection: {enabled: false}
   - name: plain
@@ -107,6 +107,7 @@ def test_route_overrides_only_the_fields_it_writes() -> None:
     config = load_config_text(OVERRIDES, "t.yaml")
     settings = effective(config.defaults, config.routes[0])
     assert settings.timeouts.first_byte == 10_000  # route
+    assert settings.timeouts.first_token == 0  # route: streams get no per-attempt timer
     assert settings.timeouts.total == 300_000  # defaults
     assert settings.timeouts.idle == 120_000  # built in
     assert settings.retries.max_retries == 4
@@ -116,6 +117,7 @@ def test_route_overrides_only_the_fields_it_writes() -> None:
     assert settings.pool == Resilience().pool
     plain = effective(config.defaults, config.routes[1])
     assert (plain.timeouts.first_byte, plain.retries.backoff.max) == (20_000, 3_000)
+    assert plain.timeouts.first_token == 8_000  # defaults
     assert plain.outlier_detection.enabled is True
 
 
@@ -123,7 +125,8 @@ def test_route_overrides_only_the_fields_it_writes() -> None:
     ("snippet", "path", "message"),
     [
         ("defaults: {timeouts: {conect: 1s}}", "defaults.timeouts.conect",
-         "unknown key 'conect' (allowed: connect, first_byte, idle, total); did you mean "
+         "unknown key 'conect' (allowed: connect, first_byte, first_token, idle, total); did "
+         "you mean "
          "'connect'?"),
         ("defaults: {timeouts: {connect: 5}}", "defaults.timeouts.connect",
          "a duration needs a unit: write 5s or 5ms, not 5"),
@@ -226,6 +229,21 @@ def test_route_problem_reported_at_the_route_field() -> None:
         ("{first_byte: 30s, idle: 10s}", "idle (10s) is shorter than first_byte (30s)"),
         ("{first_byte: 30s, total: 30s, idle: 0}", "first_byte (30s) is not shorter than total"),
         ("{first_byte: 0, idle: 2m, total: 1m}", "idle (120s) is not shorter than total (60s)"),
+        # first_token, for streamed requests, by the same two rules.
+        (
+            "{first_byte: 30s, idle: 10s}",
+            "idle (10s) is shorter than first_byte (30s) and first_token (15s): the idle timer "
+            "also runs while waiting for the first byte, so it fires first and they never do",
+        ),
+        (
+            "{first_byte: 0, first_token: 20s, idle: 10s}",
+            "idle (10s) is shorter than first_token (20s): the idle timer also runs while "
+            "waiting for the first byte, so it fires first and it never does",
+        ),
+        (
+            "{first_token: 1m, total: 1m, first_byte: 30s, idle: 0}",
+            "first_token (60s) is not shorter than total (60s), so a slow attempt is never retried",
+        ),
     ],
 )
 def test_timeout_combinations_that_cannot_work_are_warnings(timeouts: str, message: str) -> None:
@@ -235,6 +253,13 @@ def test_timeout_combinations_that_cannot_work_are_warnings(timeouts: str, messa
     assert problem.line == 13 and problem.key_path.startswith("routes[0].timeouts.")
     assert message in problem.message
     load_config_text(text, "t.yaml")  # a warning never stops loading
+
+
+def test_first_token_longer_than_first_byte_is_allowed() -> None:
+    """A stream's headers come sooner than a whole answer's, but a short first_byte for a
+    small model's non-streamed answers does not make a 15 s first_token a mistake."""
+    text = TWO.replace("    models: [m]\n", "    models: [m]\n    timeouts: {first_byte: 5s}\n")
+    assert problems_of(text) == []
 
 
 def test_ejection_percent_too_low_for_the_route_is_a_warning() -> None:

@@ -26,6 +26,7 @@ from sluicegate.xds.translate import (
     secret_name,
     translate,
 )
+from sluicegate.xds.translate.forwarded_headers import FORWARDED_HEADERS_FILTER
 from tests.translate.cases import config_of
 
 HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -123,7 +124,11 @@ def test_each_keyed_provider_of_a_route_gets_its_own_injector() -> None:
 
 def test_keyless_route_has_no_credentials_filter() -> None:
     names = [f.name for f in upstream_filters(clusters()["route-keyless"])]
-    assert names == ["envoy.filters.http.header_mutation", "envoy.filters.http.upstream_codec"]
+    assert names == [
+        "envoy.filters.http.header_mutation",
+        FORWARDED_HEADERS_FILTER,
+        "envoy.filters.http.upstream_codec",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -135,6 +140,7 @@ def test_keyless_route_has_no_credentials_filter() -> None:
                 "envoy.filters.http.header_mutation",
                 "envoy.filters.http.ext_proc",
                 CREDENTIALS_FILTER,
+                FORWARDED_HEADERS_FILTER,
                 "envoy.filters.http.upstream_codec",
             ],
         ),
@@ -143,6 +149,7 @@ def test_keyless_route_has_no_credentials_filter() -> None:
             [
                 "envoy.filters.http.header_mutation",
                 CREDENTIALS_FILTER,
+                FORWARDED_HEADERS_FILTER,
                 "envoy.filters.http.upstream_codec",
             ],
         ),

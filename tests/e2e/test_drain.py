@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.e2e.stack import Stack, quickstart_on_free_ports, running_stack
+from sluicegate.testing import quickstart_on_free_ports
+from tests.e2e.stack import Stack, running_stack
 
 pytestmark = pytest.mark.e2e
 

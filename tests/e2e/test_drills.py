@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from openai import APIStatusError, OpenAI
 
-from tests.e2e.stack import quickstart_on_free_ports, running_stack
+from sluicegate.testing import quickstart_on_free_ports
+from tests.e2e.stack import running_stack
 
 pytestmark = pytest.mark.e2e
 

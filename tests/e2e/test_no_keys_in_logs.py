@@ -16,7 +16,8 @@ import pytest
 import yaml
 from openai import APIStatusError, OpenAI
 
-from tests.e2e.stack import Stack, _wait_serving, quickstart_on_free_ports
+from sluicegate.testing import quickstart_on_free_ports
+from tests.e2e.stack import Stack, _wait_serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

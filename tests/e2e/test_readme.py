@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.stack import EXAMPLES, Stack, running_stack
+from sluicegate.testing import EXAMPLES
+from tests.e2e.stack import Stack, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 

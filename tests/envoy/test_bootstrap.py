@@ -125,3 +125,32 @@ def test_envoy_validates_the_bootstrap(tmp_path: Path, options: dict[str, object
         result = envoy_validate(path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "OK" in result.stdout + result.stderr
+
+
+def test_ext_proc_clusters_leave_a_dead_server_within_a_second() -> None:
+    """A killed ext_proc server fails its next TCP probe (every 0.5 s, one failure is
+    enough, a new connection each time) or is ejected after two failed streams; only
+    local-origin failures eject, and with every server down none gets traffic (no panic
+    mode). tests/e2e/test_faults.py kills one under load."""
+    bootstrap = make_bootstrap(
+        "gw-1", "sluicegate", "127.0.0.1:18000", ["10.0.0.1:18001", "10.0.0.2:18001"], "127.0.0.1:0"
+    )
+    clusters = {cluster.name: cluster for cluster in bootstrap.static_resources.clusters}
+    for name in (wire.EXT_PROC_CLUSTER, wire.EXT_PROC_SIDE_CLUSTER):
+        cluster = clusters[name]
+        (health,) = cluster.health_checks
+        assert health.HasField("tcp_health_check")
+        assert health.interval.ToMilliseconds() <= 500
+        assert health.no_traffic_interval.ToMilliseconds() <= 500
+        assert health.unhealthy_threshold.value == 1 and health.healthy_threshold.value == 1
+        assert health.reuse_connection.value is False
+        outlier = cluster.outlier_detection
+        assert outlier.split_external_local_origin_errors
+        assert outlier.consecutive_local_origin_failure.value == 2
+        assert outlier.enforcing_consecutive_local_origin_failure.value == 100
+        assert outlier.enforcing_consecutive_5xx.value == 0  # gRPC statuses never eject
+        assert outlier.enforcing_success_rate.value == 0
+        assert outlier.max_ejection_percent.value == 100
+        assert cluster.common_lb_config.healthy_panic_threshold.value == 0
+    xds = clusters[wire.XDS_CLUSTER]
+    assert not xds.health_checks and not xds.HasField("outlier_detection")

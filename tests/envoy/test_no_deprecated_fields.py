@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stack import quickstart_on_free_ports, running_stack
+from sluicegate.testing import quickstart_on_free_ports
+from tests.e2e.stack import running_stack
 
 pytestmark = pytest.mark.e2e
 

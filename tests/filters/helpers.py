@@ -84,6 +84,11 @@ def error_of(answer: Any) -> tuple[int, dict[str, Any]]:
     return immediate.status.code, error
 
 
+def streamed(answer: Any) -> bool:
+    """Whether a routing answer sends the request to its route's stream twin."""
+    return wire.STREAM_HEADER in set_headers(answer.request_body.response)
+
+
 def usage_header(answer: Any) -> bytes | None:
     """Who a routing answer says reads the usage (None: not set)."""
     return set_headers(answer.request_body.response).get(wire.USAGE_HEADER)
@@ -95,9 +100,11 @@ def routed_model(answer: Any) -> str:
     common = answer.request_body.response
     assert common.clear_route_cache
     headers = set_headers(common)
-    # Besides the model, at most the admission stage's word on who reads the usage.
+    # Besides the model, at most the stream mark (selects the route's stream twin) and the
+    # admission stage's word on who reads the usage.
     assert next(iter(headers)) == wire.MODEL_HEADER
-    assert headers.keys() - {wire.MODEL_HEADER} <= {wire.USAGE_HEADER}
+    assert headers.keys() - {wire.MODEL_HEADER} <= {wire.STREAM_HEADER, wire.USAGE_HEADER}
+    assert headers.get(wire.STREAM_HEADER, b"true") == b"true"
     assert headers.get(wire.USAGE_HEADER, b"log") in (b"log", b"observer", b"none")
     assert not common.HasField("body_mutation")
     return headers[wire.MODEL_HEADER].decode()

@@ -30,7 +30,7 @@ from .admission_helpers import (
     wait_until,
 )
 from .admission_helpers import chat_body as body_of
-from .helpers import CHANNEL_OPTIONS, error_of, routed_model, usage_header
+from .helpers import CHANNEL_OPTIONS, error_of, routed_model, streamed, usage_header
 
 TEAM = "sk-test-team-0001"
 NARROW = "sk-test-narrow-0002"
@@ -373,11 +373,13 @@ async def test_who_reads_the_usage_follows_the_stream_flag(channel: grpc.aio.Cha
     assert values[wire.META_RESERVATION]
     assert wire.META_USAGE_VIA not in values
     assert usage_header(answer) == b"observer"
+    assert streamed(answer)  # to the route's stream twin (timeouts.first_token)
     await stream.close()
 
     stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20))
     assert metadata_of(answer)[wire.META_USAGE_VIA] == wire.USAGE_VIA_LOG
     assert usage_header(answer) == b"log"
+    assert not streamed(answer)
     await stream.close()
 
 

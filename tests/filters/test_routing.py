@@ -11,7 +11,15 @@ from sluicegate import wire
 from sluicegate.filters import ExtProcServer, RouteInfo, RoutingTable
 
 from .admission_helpers import HEAD, model_of
-from .helpers import body_message, error_of, exchange, headers_message, routed_model, set_headers
+from .helpers import (
+    body_message,
+    error_of,
+    exchange,
+    headers_message,
+    routed_model,
+    set_headers,
+    streamed,
+)
 
 ROUTING = wire.STAGE_ROUTING
 
@@ -34,7 +42,25 @@ async def test_valid_body_routes_on_model(channel: grpc.aio.Channel, ext_proc: E
 
 async def test_whitespace_and_key_order_do_not_matter(channel: grpc.aio.Channel):
     body = b' \n{ "stream" : true ,\t"model"\r\n: "llama-3-70b" }\n'
-    assert routed_model(await route(channel, body)) == "llama-3-70b"
+    answer = await route(channel, body)
+    assert routed_model(answer) == "llama-3-70b"
+    assert streamed(answer)
+
+
+async def test_only_a_streamed_request_goes_to_the_stream_twin(channel: grpc.aio.Channel) -> None:
+    """`"stream": true` selects the route's stream twin (timeouts.first_token); false,
+    null or absent keep the plain route (first_byte); anything else is a 400."""
+    for body, stream in (
+        (b'{"model": "llama-3-70b", "stream": true}', True),
+        (b'{"model": "llama-3-70b", "stream": false}', False),
+        (b'{"model": "llama-3-70b", "stream": null}', False),
+        (b'{"model": "llama-3-70b"}', False),
+    ):
+        answer = await route(channel, body)
+        assert routed_model(answer) == "llama-3-70b"
+        assert streamed(answer) is stream, body
+    error = await route(channel, b'{"model": "llama-3-70b", "stream": "yes"}')
+    assert error_of(error)[0] == 400
 
 
 async def test_unicode_model_is_sent_as_utf8(channel: grpc.aio.Channel):

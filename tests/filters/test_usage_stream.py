@@ -349,3 +349,38 @@ async def test_usage_stage_stream_end_charges_a_cut_stream(
     )
     await settle()
     assert await charged(store) == (43, 40, 3)
+
+
+async def test_a_request_the_usage_log_reports_is_not_charged_by_the_observer(
+    controller: AdmissionController,
+) -> None:
+    """One report per request: the observer may see an answer the usage log charges (a
+    local reply sent where the routing stage's header mutation failed), and leaves it."""
+    values = {**metadata(), wire.META_USAGE_VIA: wire.USAGE_VIA_LOG}
+    body = json.dumps({"usage": usage_doc(1, 1)}).encode()
+    await run(
+        controller,
+        response_headers("500", values=values),
+        response_body(body, end_of_stream=True),
+        finish=True,
+    )
+    assert await charged(controller.store()) == (240, 40, 200)
+    for source in ("provider", "counted", "estimate", "error"):
+        assert reports(controller, source) == 0
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/json; charset=utf-8", "application/json;charset=UTF-8", "application/x+json"],
+)
+async def test_json_with_parameters_is_read_for_its_usage(
+    controller: AdmissionController, content_type: str
+) -> None:
+    body = json.dumps({"usage": usage_doc(7, 3)}).encode()
+    await run(
+        controller,
+        response_headers(content_type=content_type, values=metadata()),
+        response_body(body, end_of_stream=True),
+    )
+    assert await charged(controller.store()) == (10, 7, 3)
+    assert reports(controller, "provider") == 1

@@ -65,6 +65,8 @@ def configs(draw: st.DrawFn) -> Config:
 def _header_matches(matcher: rc.HeaderMatcher, headers: dict[str, str]) -> bool:
     value = headers.get(matcher.name)
     kind = matcher.WhichOneof("header_match_specifier")
+    if kind == "present_match":  # the stream twins' x-sluicegate-stream
+        return bool((value is not None) == matcher.present_match)
     assert kind == "string_match" and matcher.string_match.WhichOneof("match_pattern") == "exact"
     return bool(value == matcher.string_match.exact)
 
@@ -90,9 +92,10 @@ def envoy_match(routes: list[rc.Route], path: str, headers: dict[str, str]) -> r
     model=st.sampled_from([*MODELS, "unknown"]),
     prefix=st.sampled_from([*PREFIXES, "/v2/", "/v1x/", "/openai/v1/"]),
     rest=st.sampled_from(["chat/completions", "completions", "", "embeddings"]),
+    stream=st.booleans(),
 )
 def test_ext_proc_picks_the_route_envoy_matches(
-    config: Config, model: str, prefix: str, rest: str
+    config: Config, model: str, prefix: str, rest: str, stream: bool
 ) -> None:
     gateway = build_model(config, {})
     (route_config,) = translate(gateway)[ROUTE]
@@ -102,8 +105,11 @@ def test_ext_proc_picks_the_route_envoy_matches(
     table = RoutingTable.from_model(gateway)
     picked = table.route_for(model, path)
 
-    # The routing stage sets the model header; Envoy then matches a POST on it.
+    # The routing stage sets the model header (and the stream mark for a streamed request);
+    # Envoy then matches a POST on them. A stream lands on the same route's stream twin.
     headers = {":method": "POST", wire.MODEL_HEADER: model}
+    if stream:
+        headers[wire.STREAM_HEADER] = "true"
     matched = envoy_match(list(virtual_host.routes), path, headers)
     assert matched is not None  # the catch-all or a prefix fallback always matches
     if matched.HasField("route"):

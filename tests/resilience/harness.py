@@ -48,7 +48,8 @@ def document(
             key: f"127.0.0.1:{free_port()}" for key in ("xds", "ext_proc", "http", "envoy_admin")
         },
         "listeners": [{"name": "gateway", "address": "127.0.0.1", "port": free_port()}],
-        "providers": providers,
+        # These mocks are plain processes, not `mock:` providers: let their knobs through.
+        "providers": [{**p, "forward_headers": ["x-mock-*"]} for p in providers],
         "routes": routes,
     }
     if defaults is not None:

@@ -8,15 +8,23 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.stack import quickstart_on_free_ports
+from sluicegate.testing import quickstart_on_free_ports
+from sluicegate.xds.translate.streams import STREAM_HEADER
 
 from .harness import gateway, post, stats, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
+def _streamed(route: dict[str, Any]) -> bool:
+    """A model route's stream twin (xds/translate/streams.py) matches the stream header."""
+    headers = route.get("match", {}).get("headers", [])
+    return any(header["name"] == STREAM_HEADER for header in headers)
+
+
 def _dump(stack: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(clusters by name, routes by name) from Envoy's /config_dump."""
+    """(clusters by name, routes by name) from Envoy's /config_dump; a stream twin is
+    named `<name> (stream)`."""
     dump = stack.admin_json("/config_dump")
     clusters: dict[str, Any] = {}
     routes: dict[str, Any] = {}
@@ -26,7 +34,8 @@ def _dump(stack: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         for item in config.get("dynamic_route_configs", []):
             for host in item["route_config"]["virtual_hosts"]:
                 for route in host["routes"]:
-                    routes.setdefault(route.get("name", ""), route)
+                    name = route.get("name", "") + (" (stream)" if _streamed(route) else "")
+                    routes.setdefault(name, route)
     return clusters, routes
 
 
@@ -57,7 +66,11 @@ def test_quickstart_config_dump_shows_the_resilience_settings(tmp_path: Path) ->
         assert action["timeout"] == "600s"  # not Envoy's 15 s default
         policy = action["retry_policy"]
         assert policy["num_retries"] == 1  # the route's override
-        assert policy["per_try_timeout"] == "30s"
+        assert policy["per_try_timeout"] == "30s"  # the route's first_byte
+        # Streamed requests wait first_token (the default) on the route's stream twin.
+        stream_policy = routes["mini (stream)"]["route"]["retry_policy"]
+        assert stream_policy["per_try_timeout"] == "15s"
+        assert stream_policy["num_retries"] == 1
         assert policy["retry_host_predicate"][0]["name"] == (
             "envoy.retry_host_predicates.previous_hosts"
         )

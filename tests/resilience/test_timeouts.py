@@ -52,7 +52,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
         routes = [
             route("defaults"),  # nothing overridden
-            route("first-byte", timeouts={"first_byte": "500ms", "idle": "5s"},
+            route("first-byte",
+                  timeouts={"first_byte": "500ms", "first_token": "500ms", "idle": "5s"},
                   retries=NO_RETRIES),
             route("idle", timeouts={"first_byte": 0, "idle": "500ms"}, retries=NO_RETRIES),
             route("total", timeouts={"total": "1s"}, retries=NO_RETRIES),
@@ -109,8 +110,9 @@ def test_first_byte_timeout_is_a_distinct_504(setup: Setup) -> None:
     assert stats(setup.stack, "route-first-byte")["upstream_rq_per_try_timeout"] >= 1
 
 
-def test_first_byte_timeout_never_cuts_a_started_stream(setup: Setup) -> None:
-    """first_byte 500 ms; the stream lasts 2 s after its first token, and completes."""
+def test_first_token_timeout_never_cuts_a_started_stream(setup: Setup) -> None:
+    """first_token (a stream's first_byte) 500 ms; the stream lasts 2 s after its first
+    token, and completes."""
     pieces, seconds = stream(setup.stack, "first-byte", output_tokens=10, itl_ms=200, ttft_ms=50)
     assert len(pieces) == 10
     assert seconds > 1.8

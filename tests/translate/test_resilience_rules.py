@@ -264,6 +264,7 @@ def test_upstream_failures_get_their_own_codes_before_the_status_mappers() -> No
     upstream = mappers[2 : 2 + len(UPSTREAM_ERRORS)]
     codes = [m.body_format_override.json_format["error"]["code"] for m in upstream]
     assert codes == [
+        "ext_proc_unavailable",  # first: an ext_proc failure is no provider's
         "upstream_timeout", "upstream_idle_timeout", "deadline_exceeded",
         "stream_idle_timeout", "upstream_connect_timeout", "upstream_overflow",
         "no_healthy_upstream", "upstream_connect_error", "upstream_reset",

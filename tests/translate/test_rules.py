@@ -38,6 +38,7 @@ from sluicegate.xds.translate import (
     resource_name,
     translate,
 )
+from sluicegate.xds.translate.forwarded_headers import FORWARDED_HEADERS_FILTER
 
 from .cases import config_of, model_of
 
@@ -91,8 +92,13 @@ def routes_of(ir: Gateway) -> list[Any]:
     return list(config.virtual_hosts[0].routes)
 
 
+def is_stream_twin(route: Any) -> bool:
+    return any(h.name == wire.STREAM_HEADER for h in route.match.headers)
+
+
 def model_routes(ir: Gateway) -> list[Any]:
-    return [r for r in routes_of(ir) if r.HasField("route")]
+    """The plain model routes (each follows its stream twin, streams.py)."""
+    return [r for r in routes_of(ir) if r.HasField("route") and not is_stream_twin(r)]
 
 
 # --- listeners -------------------------------------------------------------------------
@@ -123,6 +129,7 @@ def test_connection_manager_timeouts_and_rds() -> None:
     assert [f.name for f in hcm.http_filters] == [
         "envoy.filters.http.ext_proc",
         "envoy.filters.http.fault",  # after ext_proc: drills see the model's route
+        "sluicegate.error_body",  # wraps a provider's non-JSON error (error_bodies.py)
         "envoy.filters.http.router",
     ]
 
@@ -150,10 +157,12 @@ def test_client_model_and_usage_headers_are_removed_before_routing() -> None:
     (extension,) = hcm.early_header_mutation_extensions
     mutation = early_pb2.HeaderMutation()
     assert extension.typed_config.Unpack(mutation)
-    model, observer, envoy_headers = mutation.mutations
+    model, observer, stream, envoy_headers = mutation.mutations
     assert model.remove == wire.MODEL_HEADER
     # Only the admission stage may say who reads a request's usage.
     assert observer.remove == wire.USAGE_HEADER
+    # Only the routing stage may send a request to a route's stream twin (first_token).
+    assert stream.remove == wire.STREAM_HEADER
     # Clients cannot steer retries or timeouts with x-envoy-* request headers.
     assert envoy_headers.remove_on_match.key_matcher.prefix == "x-envoy-"
 
@@ -190,6 +199,14 @@ def test_model_routes_set_their_deadline_and_rewrite_host() -> None:
         (header,) = route.match.headers
         assert header.name == wire.MODEL_HEADER
     assert [r.match.headers[0].string_match.exact for r in routes] == ["gpt-4o", "gpt-4o-mini"]
+
+
+def test_every_model_route_follows_its_stream_twin() -> None:
+    routes = [r for r in routes_of(model_of("weighted_keys")) if r.HasField("route")]
+    assert [is_stream_twin(r) for r in routes] == [True, False, True, False]
+    for twin, plain in zip(routes[::2], routes[1::2], strict=True):
+        assert list(twin.match.headers)[:-1] == list(plain.match.headers)
+        assert twin.route.cluster == plain.route.cluster and twin.name == plain.name
 
 
 def test_route_order_listing_then_models_then_fallbacks() -> None:
@@ -287,6 +304,7 @@ def test_attempt_stage_only_where_a_route_needs_rewriting() -> None:
     with_attempt = [
         "envoy.filters.http.header_mutation",
         "envoy.filters.http.ext_proc",
+        FORWARDED_HEADERS_FILTER,
         "envoy.filters.http.upstream_codec",
     ]
 
@@ -295,7 +313,7 @@ def test_attempt_stage_only_where_a_route_needs_rewriting() -> None:
 
     assert without_keys("route-mixed") == with_attempt  # prefixes differ
     assert without_keys("route-renamed") == with_attempt  # model_map
-    assert without_keys("route-bare") == [with_attempt[0], with_attempt[2]]
+    assert without_keys("route-bare") == [with_attempt[0], *with_attempt[2:]]
     attempt = next(
         f
         for f in protocol_options(clusters["route-mixed"]).http_filters

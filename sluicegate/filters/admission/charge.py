@@ -8,8 +8,12 @@ When the response ends (or is cut), its reservation is reconciled to:
   as the client sent it: adding include_usage upstream would need the extra chunk cut
   out of the stream, which puts Python on every chunk;
 - a JSON body without usage: the estimate stays charged;
-- an error status (4xx/5xx from the provider or from Envoy) without usage: nothing (the
-  reservation is refunded: providers do not bill failed requests).
+- an error status (4xx/5xx from the provider or from Envoy) without usage, or no response
+  at all (status 0: the client left first): nothing (the reservation is refunded:
+  providers do not bill failed requests).
+
+Each reservation is charged once: the usage log charges the requests marked for it and
+those that never got a response; the observer charges the rest (xds translate usage.py).
 """
 
 from __future__ import annotations
@@ -62,6 +66,19 @@ def reserved_from(filter_metadata: Any) -> Reserved | None:
         estimate=Usage(
             _int(fields, wire.META_ESTIMATE_INPUT), _int(fields, wire.META_ESTIMATE_OUTPUT)
         ),
+    )
+
+
+def reported_by_log(filter_metadata: Any) -> bool:
+    """Whether the usage log charges this request (wire.META_USAGE_VIA): then the
+    observer must not, should it see the response (a local reply sent where the routing
+    stage's header mutation failed reaches it)."""
+    if wire.METADATA_NAMESPACE not in filter_metadata:
+        return False
+    fields = filter_metadata[wire.METADATA_NAMESPACE].fields
+    return (
+        wire.META_USAGE_VIA in fields
+        and fields[wire.META_USAGE_VIA].string_value == wire.USAGE_VIA_LOG
     )
 
 

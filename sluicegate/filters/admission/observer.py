@@ -5,7 +5,7 @@ Envoy runs this filter in observability mode: it sends the response headers and 
 body chunk and never waits for an answer, so Python is not on the streaming path. The
 admission stage's dynamic metadata (reservation id, tenant, model, estimates) arrives
 with every message. JSON answers skip this filter: their usage comes with the access
-log (usage_log.py). What is charged: charge.py.
+log (usage_log.py), as do requests that never got a response. What is charged: charge.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from ..headers import header_text
 from ..usage import SseUsageParser, UsageParser, usage_parser
-from .charge import Reserved, charge, reserved_from
+from .charge import Reserved, charge, reported_by_log, reserved_from
 from .controller import AdmissionController
 
 
@@ -41,7 +41,10 @@ class UsageStream:
                 self.finish()
 
     def _on_headers(self, request: Any) -> None:
-        self._reserved = reserved_from(request.metadata_context.filter_metadata)
+        filter_metadata = request.metadata_context.filter_metadata
+        if reported_by_log(filter_metadata):
+            return  # one report per request: the usage log has this one
+        self._reserved = reserved_from(filter_metadata)
         if self._reserved is None:
             return
         content_type = None

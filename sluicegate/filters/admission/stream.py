@@ -4,7 +4,8 @@ Envoy keeps the stream open until the HTTP request ends, the response finished o
 client gone (checked on Envoy 1.40), so the end of this stream is exactly when a gate
 slot must be released: `close()` runs then, whatever happened.
 
-On the request headers: the client key is checked (401) and removed, so it never reaches
+On the request headers: their count, size and declared body length are checked (431,
+413: request_limits.py), then the client key (401), which is removed, so it never reaches
 a provider. Requests without a body (model listings, 404s) are checked too, and a tenant
 allowed only some models is listed only those (listing.py).
 
@@ -202,6 +203,10 @@ class AdmissionStream:
     # ----- request headers ---------------------------------------------------------------
 
     def _on_headers(self, message: Any) -> bytes:
+        refusal = self._table.refuse_headers(message)
+        if refusal is not None:
+            self._counters.inc(STAGE, outcome.BAD_REQUEST)
+            return self._refuse("bad_request", NO_CLASS, refusal)
         bodiless = message.end_of_stream
         keyring = self._policy.keyring
         if bodiless and keyring is None:
@@ -248,7 +253,7 @@ class AdmissionStream:
             answer = errors.body_error(exc, max_output_tokens=policy.max_output_tokens)
             return self._refuse("bad_request", NO_CLASS, answer)
         info = self._table.route_for(facts.model, self._path)
-        routed = self._table.routed_answer(facts.model)
+        routed = self._table.routed_answer(facts.model, stream=facts.stream)
         if info is None or routed is None:
             self._counters.inc(STAGE, outcome.MODEL_NOT_FOUND)
             return self._refuse("model_not_found", NO_CLASS, errors.model_not_found(facts.model))

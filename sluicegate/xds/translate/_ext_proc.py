@@ -19,16 +19,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envoy.config.core.v3 import base_pb2, grpc_service_pb2
+from envoy.config.core.v3 import backoff_pb2, base_pb2, grpc_service_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2, processing_mode_pb2
+from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
+from google.protobuf import wrappers_pb2
 
 from sluicegate import wire
 from sluicegate.model import Limits
 
-from ._proto import duration_ms
+from ._proto import duration_ms, pack
+from .retries import PREVIOUS_HOSTS
 
 EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
 OBSERVER_STAT_PREFIX = "usage_observer"
+ERROR_BODY_STAT_PREFIX = "error_body"
 
 # How much longer than message_timeout the server may ask Envoy to wait for one message
 # (override_message_timeout), e.g. while a request waits in the admission queue.
@@ -70,7 +74,26 @@ def _grpc_service(stage: str) -> grpc_service_pb2.GrpcService:
     return grpc_service_pb2.GrpcService(
         envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=cluster),
         initial_metadata=[base_pb2.HeaderValue(key=wire.STAGE_METADATA_KEY, value=stage)],
+        retry_policy=_STREAM_RETRY,
     )
+
+
+# A stream that cannot reach its ext_proc server (refused, reset before an answer: the
+# server died) is opened again on another one, so a dead replica fails only the requests
+# it was answering. Nothing is retried once the server has answered.
+_STREAM_RETRY = base_pb2.RetryPolicy(
+    retry_on="connect-failure,refused-stream,reset",
+    num_retries=wrappers_pb2.UInt32Value(value=2),
+    retry_back_off=backoff_pb2.BackoffStrategy(
+        base_interval=duration_ms(10), max_interval=duration_ms(100)
+    ),
+    retry_host_predicate=[
+        base_pb2.RetryPolicy.RetryHostPredicate(
+            name=PREVIOUS_HOSTS, typed_config=pack(previous_hosts_pb2.PreviousHostsPredicate())
+        )
+    ],
+    host_selection_retry_max_attempts=5,
+)
 
 
 def usage_observer_config(limits: Limits) -> ext_proc_pb2.ExternalProcessor:
@@ -97,6 +120,33 @@ def usage_observer_config(limits: Limits) -> ext_proc_pb2.ExternalProcessor:
         ),
         message_timeout=duration_ms(limits.ext_proc_message_timeout_ms),
         failure_mode_allow=True,
+    )
+
+
+def error_body_mode() -> processing_mode_pb2.ProcessingMode:
+    """Response headers and the whole response body, nothing of the request."""
+    return _Mode(
+        request_header_mode=_Mode.SKIP,
+        response_header_mode=_Mode.SEND,
+        request_body_mode=_Mode.NONE,
+        response_body_mode=_Mode.BUFFERED,
+        request_trailer_mode=_Mode.SKIP,
+        response_trailer_mode=_Mode.SKIP,
+    )
+
+
+def error_body_config(limits: Limits) -> ext_proc_pb2.ExternalProcessor:
+    """The error-body stage: wraps a provider's non-JSON error answer in OpenAI's error
+    JSON (error_bodies.py runs it only for those). failure_mode_allow: with the ext_proc
+    servers unreachable the provider's answer passes unchanged, with its status, rather
+    than becoming a 500."""
+    return ext_proc_pb2.ExternalProcessor(
+        grpc_service=_grpc_service(wire.STAGE_ERROR_BODY),
+        stat_prefix=ERROR_BODY_STAT_PREFIX,
+        processing_mode=error_body_mode(),
+        message_timeout=duration_ms(limits.ext_proc_message_timeout_ms),
+        failure_mode_allow=True,
+        allow_mode_override=False,
     )
 
 

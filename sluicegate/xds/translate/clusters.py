@@ -21,7 +21,11 @@ from endpoint metadata (endpoints.py):
    composite matched on x-sluicegate-provider that runs that provider's
    credential_injector with its key from SDS (no key in this config). It comes after the
    attempt stage, so keys are never sent to the ext_proc server;
-4. upstream_codec, which must be last.
+4. what the provider receives (forwarded_headers.py): every request header off its
+   allowlist is removed (the provider header too, now that the credentials filter has
+   matched on it), its fixed headers are set, credentials leave the query string. Last,
+   so nothing an earlier filter or the router added slips through;
+5. upstream_codec, which must be last.
 TLS is chosen per provider with transport_socket_matches on endpoint metadata; plain
 providers use the cluster's default raw-buffer socket. Verification checks the CA *and*
 the certificate's subjectAltName against the SNI name (or the IP), so any CA-signed
@@ -63,6 +67,7 @@ from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import pack, struct
 from .circuit_breakers import circuit_breakers
 from .endpoints import TRANSPORT_MATCH_KEY, load_assignment
+from .forwarded_headers import HEADER_MUTATION_FILTER, forwarded_headers_filter
 from .health_checks import health_checks
 from .memo import RouteMemo
 from .outlier import failure_matcher, outlier_detection
@@ -70,7 +75,6 @@ from .protocol import common_http_protocol_options, explicit_http_config
 from .secrets import credential_filters
 from .timeouts import connect_timeout
 
-HEADER_MUTATION_FILTER = "envoy.filters.http.header_mutation"
 UPSTREAM_CODEC_FILTER = "envoy.filters.http.upstream_codec"
 
 # What the attempt-stage ext_proc gets with the first message (the request headers): the
@@ -163,6 +167,9 @@ def _http_protocol_options(
     # After the attempt stage, so a provider key never travels to Python in an ext_proc
     # message; the provider header it matches on is set by header_mutation.
     filters.extend(credential_filters(route))
+    # Last before the codec: keeps the key just injected, drops the provider header the
+    # credentials filter matched on and whatever else is not on the provider's list.
+    filters.append(forwarded_headers_filter(route))
     filters.append(
         hcm_pb2.HttpFilter(
             name=UPSTREAM_CODEC_FILTER, typed_config=pack(upstream_codec_pb2.UpstreamCodec())

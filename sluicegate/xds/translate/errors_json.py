@@ -23,6 +23,8 @@ class LocalReplyError:
     type: str
     code: str | None
     message: str = "%LOCAL_REPLY_BODY%"
+    # The status the client gets instead of `status` (a client fault Envoy answers 5xx).
+    answered_as: int | None = None
 
 
 # Bodies of the 404 direct responses; the 404 entry below adds method and path.
@@ -49,6 +51,15 @@ LOCAL_REPLY_ERRORS: tuple[LocalReplyError, ...] = (
     # builder replaces the message with one naming the limit.
     LocalReplyError(413, "invalid_request_error", "request_too_large"),
     LocalReplyError(431, "invalid_request_error", "request_headers_too_large"),
+    # Envoy's codec refuses what it does not implement with 501, e.g. `Transfer-Encoding:
+    # gzip, chunked` (details http1.invalid_transfer_encoding): the client's fault, so 400.
+    LocalReplyError(
+        501,
+        "invalid_request_error",
+        "unsupported_request",
+        "The request uses an HTTP feature the gateway does not support (%RESPONSE_CODE_DETAILS%)",
+        answered_as=400,
+    ),
     # ext_proc failures (gRPC error, server unreachable) and other internal errors.
     # Envoy gives these an empty body; the details name the cause, e.g.
     # "ext_proc_error_gRPC_error_14{…}".

@@ -3,7 +3,8 @@
 Filter chain: ext_proc (routing stage: admission and model routing) → [usage accounting,
 only with token limits: the ext_proc usage observer for streams (observability mode,
 never waited on) and json_to_metadata for JSON answers, reported by an access log; see
-usage.py] → fault → router.
+usage.py] → fault → error bodies (a provider's non-JSON error answer wrapped in OpenAI's
+error JSON; error_bodies.py) → router.
 The routing stage reads the buffered body, sets the model header and clears the route
 cache, so the request re-matches a per-model route (routes.py). Because the body is
 buffered by ext_proc, the listener's per-connection buffer limit is the request body
@@ -27,6 +28,7 @@ from envoy.config.core.v3 import (
     base_pb2,
     config_source_pb2,
     extension_pb2,
+    protocol_pb2,
     substitution_format_string_pb2,
 )
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
@@ -47,6 +49,7 @@ from sluicegate.model import Admission, Gateway, Limits, Listener
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import duration_s, pack, struct
+from .error_bodies import error_body_filter
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
@@ -97,7 +100,8 @@ def _listener(listener: Listener, limits: Limits, admission: Admission) -> liste
 
 
 def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilter]:
-    """ext_proc routing (admission) → [usage observer, json_to_metadata] → fault → router."""
+    """ext_proc routing (admission) → [usage observer, json_to_metadata] → fault → error
+    bodies → router."""
     # With admission the routing stage writes dynamic metadata (the reservation and the
     # x-ratelimit-* values); Envoy drops what a filter may not write into a namespace.
     routing = ext_proc_config(
@@ -111,7 +115,14 @@ def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilt
         filters.extend(usage_filters(limits))
     # After ext_proc: a drill applies to the route the model header selected.
     filters.append(fault_http_filter())
-    filters.append(hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=pack(router_pb2.Router())))
+    # Last before the router, so first on the way back: the observer and json_to_metadata
+    # see a provider's error answer as the client will.
+    filters.append(error_body_filter(limits))
+    # suppress_envoy_headers: Envoy adds x-envoy-* request headers (x-envoy-original-host,
+    # …) after every upstream filter, so only the router can keep them from providers
+    # (docs/architecture.md, "What a provider receives").
+    router = router_pb2.Router(suppress_envoy_headers=True)
+    filters.append(hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=pack(router)))
     return filters
 
 
@@ -134,6 +145,17 @@ def _http_connection_manager(
         # and never cap a whole request's time here (route timeouts own that).
         stream_idle_timeout=duration_s(STREAM_IDLE_TIMEOUT_S),
         request_timeout=duration_s(0),
+        # A client's limits are checked by the routing stage (filters/request_limits.py);
+        # Envoy's are higher by what the gateway adds after it (wire.py), so Envoy never
+        # fails a valid request for headers the gateway itself added.
+        common_http_protocol_options=protocol_pb2.HttpProtocolOptions(
+            max_headers_count=wrappers_pb2.UInt32Value(
+                value=wire.MAX_REQUEST_HEADERS + wire.REQUEST_HEADERS_HEADROOM
+            )
+        ),
+        max_request_headers_kb=wrappers_pb2.UInt32Value(
+            value=wire.MAX_REQUEST_HEADERS_KB + wire.REQUEST_HEADERS_HEADROOM_KB
+        ),
         # "/v1/../admin" or "//v1" must not dodge the route prefixes.
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
@@ -165,6 +187,7 @@ def _strip_internal_headers() -> extension_pb2.TypedExtensionConfig:
                 mutations=[
                     mutation_rules_pb2.HeaderMutation(remove=wire.MODEL_HEADER),
                     mutation_rules_pb2.HeaderMutation(remove=wire.USAGE_HEADER),
+                    mutation_rules_pb2.HeaderMutation(remove=wire.STREAM_HEADER),
                     mutation_rules_pb2.HeaderMutation(
                         remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(
                             key_matcher=string_pb2.StringMatcher(prefix=ENVOY_HEADER_PREFIX)
@@ -194,12 +217,13 @@ def local_reply_config(limits: Limits) -> hcm_pb2.LocalReplyConfig:
                 f"Request body is larger than the gateway's limit of "
                 f"{limits.max_request_body_bytes} bytes",
             )
-        mappers.append(
-            hcm_pb2.ResponseMapper(
-                filter=_status_filter(error.status, error.status),
-                body_format_override=_error_format(error.message, error.type, error.code),
-            )
+        mapper = hcm_pb2.ResponseMapper(
+            filter=_status_filter(error.status, error.status),
+            body_format_override=_error_format(error.message, error.type, error.code),
         )
+        if error.answered_as is not None:
+            mapper.status_code.value = error.answered_as
+        mappers.append(mapper)
     mappers.append(
         hcm_pb2.ResponseMapper(
             filter=_status_filter(400, 499),

@@ -29,7 +29,7 @@ from google.protobuf import wrappers_pb2
 from sluicegate.model import Route
 
 from ._proto import duration_ms, pack
-from .timeouts import apply_attempt_timeouts
+from .timeouts import apply_attempt_timeouts, until_headers_ms
 
 PREVIOUS_HOSTS = "envoy.retry_host_predicates.previous_hosts"
 PREVIOUS_PRIORITIES = "envoy.retry_priorities.previous_priorities"
@@ -38,11 +38,16 @@ RETRY_AFTER = "retry-after"
 MIN_HOST_SELECTION_ATTEMPTS = 5
 
 
-def retry_policy(route: Route) -> rc.RetryPolicy | None:
-    """None when the route neither retries nor has per-attempt timeouts."""
+def retry_policy(route: Route, *, streamed: bool = False) -> rc.RetryPolicy | None:
+    """None when the route neither retries nor has per-attempt timeouts. `streamed`: the
+    policy of the route's stream twin (streams.py), whose attempts wait `first_token`."""
     retries = route.settings.retries
     timeouts = route.settings.timeouts
-    if not retries.max_retries and not timeouts.first_byte and not timeouts.idle:
+    if (
+        not retries.max_retries
+        and not until_headers_ms(route, streamed=streamed)
+        and not timeouts.idle
+    ):
         return None
     words = [c for c in retries.retry_on if isinstance(c, str)]
     statuses = sorted(c for c in retries.retry_on if isinstance(c, int))
@@ -53,7 +58,7 @@ def retry_policy(route: Route) -> rc.RetryPolicy | None:
         num_retries=wrappers_pb2.UInt32Value(value=retries.max_retries),
         retriable_status_codes=statuses,
     )
-    apply_attempt_timeouts(policy, route)
+    apply_attempt_timeouts(policy, route, streamed=streamed)
     if not retries.max_retries:
         return policy
     policy.retry_back_off.CopyFrom(

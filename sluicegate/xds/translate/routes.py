@@ -12,7 +12,9 @@ Order (first match wins):
    long generations) and retry policy (retries.py); `auto_host_rewrite` sends each attempt with
    the chosen provider's Host. The path prefix is rewritten here only when every provider
    of the route shares one URL prefix; otherwise the attempt-stage ext_proc rewrites it
-   per provider (header_mutation cannot set `:path`).
+   per provider (header_mutation cannot set `:path`). Each is preceded by its stream
+   twin (streams.py): the same route plus a match on wire.STREAM_HEADER, which the
+   routing stage sets on streamed requests, waiting timeouts.first_token per attempt.
 3. Per route prefix P, a fallback `P` → 404 that keeps ext_proc enabled. Every request
    first matches a route *before* the model header exists, and ext_proc takes its
    per-route settings from that first match: requests under a route prefix must first
@@ -43,6 +45,7 @@ from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE
 from .faults import FAULT_FILTER, route_fault
 from .memo import RouteMemo
 from .retries import retry_policy
+from .streams import with_stream_twin
 from .timeouts import apply_route_timeouts
 
 VIRTUAL_HOST = "sluicegate"
@@ -176,7 +179,7 @@ def _json_route(path: str, body: bytes, *, keyed: bool) -> rc.Route:
 
 
 def _model_routes(route: Route, models: tuple[str, ...]) -> list[rc.Route]:
-    return [_model_route(route, model) for model in models]
+    return [r for model in models for r in with_stream_twin(_model_route(route, model), route)]
 
 
 def _model_route(route: Route, model: str) -> rc.Route:

@@ -12,6 +12,8 @@ per-attempt choice among injectors. Envoy 1.40 does that natively:
    `credential_injector` (generic credential, `overwrite: true`) whose secret arrives over
    SDS (ADS) as `sluicegate-key-<provider>` with the value `Bearer <key>`.
 A provider without a key has no entry, so its attempts carry no Authorization at all.
+The provider header itself never leaves Envoy: the allowlist filter that runs last
+(forwarded_headers.py) removes it after the injector matched on it.
 
 No key is written into a Cluster, a route or endpoint metadata; Envoy's config_dump shows
 the generic secrets as `[redacted]`. A rotated key changes only its Secret: Envoy swaps it

@@ -3,6 +3,9 @@
 - `connect`    -> Cluster.connect_timeout: TCP connect plus TLS handshake.
 - `first_byte` -> RetryPolicy.per_try_timeout: per attempt, until response headers are
   forwarded to the client; never after, so it cannot cut a stream.
+- `first_token` -> the same per_try_timeout, on the route's stream twin (streams.py), which
+  only streamed requests match: a stream's headers come with its first token, a
+  non-streamed answer's only when it is complete, so one timer cannot serve both.
 - `idle`       -> RetryPolicy.per_try_idle_timeout: per attempt, any silence from the
   provider, the wait for the first byte included; restarts on every byte.
 - `total`      -> RouteAction.timeout: the whole request, retries included; it cuts a
@@ -44,9 +47,17 @@ def apply_route_timeouts(action: rc.RouteAction, route: Route) -> None:
         action.idle_timeout.CopyFrom(duration_ms(0))
 
 
-def apply_attempt_timeouts(policy: rc.RetryPolicy, route: Route) -> None:
+def until_headers_ms(route: Route, *, streamed: bool) -> int:
+    """The per-attempt wait for the response headers (0: none): `first_token` for a
+    streamed request, `first_byte` otherwise."""
     timeouts = route.settings.timeouts
-    if timeouts.first_byte:
-        policy.per_try_timeout.CopyFrom(duration_ms(timeouts.first_byte))
+    return timeouts.first_token if streamed else timeouts.first_byte
+
+
+def apply_attempt_timeouts(policy: rc.RetryPolicy, route: Route, *, streamed: bool) -> None:
+    timeouts = route.settings.timeouts
+    until_headers = until_headers_ms(route, streamed=streamed)
+    if until_headers:
+        policy.per_try_timeout.CopyFrom(duration_ms(until_headers))
     if timeouts.idle:
         policy.per_try_idle_timeout.CopyFrom(duration_ms(timeouts.idle))

@@ -8,6 +8,8 @@ experiments summarised in timeouts.py and tests/resilience):
 
 | Envoy's reply                                   | status | code                       |
 |-------------------------------------------------|--------|----------------------------|
+| details `ext_proc_error_gRPC_error_14{…}`, or a  | 503    | `ext_proc_unavailable`     |
+| reset of the ext_proc stream (no server reached) |        |                            |
 | details `upstream_per_try_timeout`              | 504    | `upstream_timeout`         |
 | details `upstream_per_try_idle_timeout`         | 504    | `upstream_idle_timeout`    |
 | details `response_timeout` (route timeout)      | 504    | `deadline_exceeded`        |
@@ -47,11 +49,25 @@ def details_is(value: str) -> str:
 
 
 UPSTREAM_ERRORS: tuple[UpstreamError, ...] = (
+    # No ext_proc server reachable (14 = UNAVAILABLE), or the one serving the request died
+    # mid-stream: a fault of the gateway's own, but one a retry soon fixes (up restarts
+    # the server; Envoy's health check moves traffic off it), so 503 with Retry-After.
+    UpstreamError(
+        "ext_proc_unavailable",
+        503,
+        "The gateway cannot process requests right now (no ext_proc server reachable); "
+        "try again shortly",
+        details="response.code_details.startsWith('ext_proc_error_gRPC_error_14{') || "
+        "(response.code_details.startsWith('ext_proc_error_gRPC_error_') && "
+        "response.code_details.contains('{upstream_reset'))",
+        retry_after_s=1,
+    ),
     UpstreamError(
         "upstream_timeout",
         504,
         "The provider did not start answering within the first-byte timeout "
-        "(timeouts.first_byte), on every attempt",
+        "(timeouts.first_byte, or timeouts.first_token for a streamed request), on every "
+        "attempt",
         details=details_is("upstream_per_try_timeout"),
     ),
     UpstreamError(

@@ -26,7 +26,7 @@ Routes strip the header before a provider sees it.
 from __future__ import annotations
 
 from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import config_source_pb2, extension_pb2, grpc_service_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2, grpc_service_pb2
 from envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from envoy.extensions.common.matching.v3 import extension_matcher_pb2
 from envoy.extensions.filters.common.matcher.action.v3 import skip_action_pb2
@@ -34,8 +34,8 @@ from envoy.extensions.filters.http.json_to_metadata.v3 import json_to_metadata_p
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-from envoy.type.matcher.v3 import metadata_pb2, string_pb2, value_pb2
-from google.protobuf import any_pb2
+from envoy.type.matcher.v3 import metadata_pb2, regex_pb2, string_pb2, value_pb2
+from google.protobuf import any_pb2, wrappers_pb2
 from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2
 
@@ -95,8 +95,10 @@ def _usage_to_metadata() -> any_pb2.Any:
     """`usage.<member>` of a JSON response body into wire.USAGE_METADATA_NAMESPACE.
 
     Values keep their JSON type (PROTOBUF_VALUE): the ext_proc side takes only whole
-    numbers in range, as it does when it parses a body itself. Only application/json
-    bodies are read (the filter's default); other bodies pass untouched, unbuffered.
+    numbers in range, as it does when it parses a body itself. Bodies of a JSON media type
+    with any parameters (`application/json; charset=utf-8` is aiohttp's default) or none
+    are read, as the observer reads them; others pass untouched, unbuffered. (The filter's
+    default, the exact string `application/json`, charged such answers their estimate.)
     """
     rules = [
         json_to_metadata_pb2.JsonToMetadata.Rule(
@@ -112,20 +114,55 @@ def _usage_to_metadata() -> any_pb2.Any:
     ]
     return pack(
         json_to_metadata_pb2.JsonToMetadata(
-            response_rules=json_to_metadata_pb2.JsonToMetadata.MatchRules(rules=rules)
+            response_rules=json_to_metadata_pb2.JsonToMetadata.MatchRules(
+                rules=rules,
+                allow_content_types_regex=regex_pb2.RegexMatcher(regex=wire.JSON_MEDIA_TYPE_REGEX),
+                allow_empty_content_type=True,
+            )
         )
     )
 
 
 def usage_access_log() -> accesslog_pb2.AccessLog:
-    """Entries of requests the admission stage marked (wire.META_USAGE_VIA), over gRPC to
-    the ext_proc servers' AccessLogService, batched every LOG_FLUSH_MS."""
-    marked = metadata_pb2.MetadataMatcher(
-        filter=wire.METADATA_NAMESPACE,
-        path=[metadata_pb2.MetadataMatcher.PathSegment(key=wire.META_USAGE_VIA)],
-        value=value_pb2.ValueMatcher(
-            string_match=string_pb2.StringMatcher(exact=wire.USAGE_VIA_LOG)
-        ),
+    """Over gRPC to the ext_proc servers' AccessLogService, batched every LOG_FLUSH_MS,
+    the entries of requests whose usage nobody else reports, so each reservation is
+    charged once: those the admission stage marked (wire.META_USAGE_VIA), and those with
+    a reservation that never got a response (status 0: the client left first), which the
+    observer never sees. The observer charges the rest and skips marked ones."""
+    marked = accesslog_pb2.AccessLogFilter(
+        metadata_filter=accesslog_pb2.MetadataFilter(
+            matcher=metadata_pb2.MetadataMatcher(
+                filter=wire.METADATA_NAMESPACE,
+                path=[metadata_pb2.MetadataMatcher.PathSegment(key=wire.META_USAGE_VIA)],
+                value=value_pb2.ValueMatcher(
+                    string_match=string_pb2.StringMatcher(exact=wire.USAGE_VIA_LOG)
+                ),
+            ),
+            # Envoy's default logs a request that lacks the key: every stream then was
+            # charged twice (by the observer and by this log, as its estimate).
+            match_if_key_not_found=wrappers_pb2.BoolValue(value=False),
+        )
+    )
+    reserved = accesslog_pb2.AccessLogFilter(
+        metadata_filter=accesslog_pb2.MetadataFilter(
+            matcher=metadata_pb2.MetadataMatcher(
+                filter=wire.METADATA_NAMESPACE,
+                path=[metadata_pb2.MetadataMatcher.PathSegment(key=wire.META_RESERVATION)],
+                value=value_pb2.ValueMatcher(present_match=True),
+            ),
+            match_if_key_not_found=wrappers_pb2.BoolValue(value=False),
+        )
+    )
+    unanswered = accesslog_pb2.AccessLogFilter(
+        status_code_filter=accesslog_pb2.StatusCodeFilter(
+            comparison=accesslog_pb2.ComparisonFilter(
+                op=accesslog_pb2.ComparisonFilter.EQ,
+                # The runtime key is never set; it only satisfies the API.
+                value=base_pb2.RuntimeUInt32(
+                    default_value=0, runtime_key="sluicegate.usage_log.unanswered"
+                ),
+            )
+        )
     )
     config = als_pb2.HttpGrpcAccessLogConfig(
         common_config=als_pb2.CommonGrpcAccessLogConfig(
@@ -142,7 +179,14 @@ def usage_access_log() -> accesslog_pb2.AccessLog:
     return accesslog_pb2.AccessLog(
         name=GRPC_ACCESS_LOG,
         filter=accesslog_pb2.AccessLogFilter(
-            metadata_filter=accesslog_pb2.MetadataFilter(matcher=marked)
+            or_filter=accesslog_pb2.OrFilter(
+                filters=[
+                    marked,
+                    accesslog_pb2.AccessLogFilter(
+                        and_filter=accesslog_pb2.AndFilter(filters=[reserved, unanswered])
+                    ),
+                ]
+            )
         ),
         typed_config=pack(config),
     )

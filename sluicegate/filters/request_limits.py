@@ -1,0 +1,66 @@
+"""Limits the routing stage checks on the request headers, before any body is read.
+
+- Headers: at most wire.MAX_REQUEST_HEADERS headers and wire.MAX_REQUEST_HEADERS_KB KiB,
+  counted as Envoy counts them (every entry, pseudo-headers included; key plus value
+  bytes). Envoy's own limit is higher by a headroom for what the gateway adds later
+  (wire.py), so the client gets an OpenAI 431 here instead of Envoy's 500 when the
+  routing stage's header mutation would cross Envoy's limit.
+- `content-length` above `limits.max_request_body_bytes`: 413 at once. Envoy would
+  otherwise wait for (and buffer) the body until its buffer limit or the client gives up.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sluicegate import wire
+
+from .responses import immediate_error
+
+_MAX_HEADER_BYTES: Final = wire.MAX_REQUEST_HEADERS_KB * 1024
+
+TOO_MANY_HEADERS: Final = immediate_error(
+    431,
+    f"The request has too many headers: the gateway accepts at most "
+    f"{wire.MAX_REQUEST_HEADERS}, counting those it adds on arrival.",
+    code="request_headers_too_large",
+)
+HEADERS_TOO_LARGE: Final = immediate_error(
+    431,
+    f"The request's headers are too large: the gateway accepts at most "
+    f"{wire.MAX_REQUEST_HEADERS_KB} KiB of headers.",
+    code="request_headers_too_large",
+)
+
+
+def body_too_large(max_body_bytes: int) -> bytes:
+    """413 for a declared body above the limit (the same words as Envoy's own 413)."""
+    return immediate_error(
+        413,
+        f"Request body is larger than the gateway's limit of {max_body_bytes} bytes",
+        code="request_too_large",
+    )
+
+
+def check_headers(message: Any, max_body_bytes: int | None, too_large: bytes) -> bytes | None:
+    """The refusal for a `HttpHeaders` message over a limit, or None. `too_large` is
+    body_too_large(max_body_bytes), built once by the caller's table."""
+    headers = message.headers.headers
+    if len(headers) > wire.MAX_REQUEST_HEADERS:
+        return TOO_MANY_HEADERS
+    size = 0
+    declared: bytes | None = None
+    for header in headers:
+        key = header.key
+        raw = header.raw_value or header.value.encode()  # older Envoys send `value`
+        size += len(key) + len(raw)
+        if key == "content-length":
+            declared = raw
+    if size > _MAX_HEADER_BYTES:
+        return HEADERS_TOO_LARGE
+    if declared is not None and max_body_bytes is not None:
+        # Envoy's codec has already refused a content-length that is not a number.
+        text = declared.strip()
+        if text.isdigit() and int(text) > max_body_bytes:
+            return too_large
+    return None

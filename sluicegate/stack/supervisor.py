@@ -1,0 +1,206 @@
+"""Keeps the child processes `up` started running, and says how each is doing.
+
+A child that exits (a crash, `kill -9`, an OOM kill) is reaped at once (so nothing is
+left <defunct>), logged with its exit status, and started again after a backoff:
+0.1 s for the first restart, doubling for each further crash in a row up to 10 s, back
+to 0.1 s once a child has served 30 s. It counts as up again when its port accepts a
+connection. `/status` lists every child (`Supervisor.status`) and `sluicegate status`
+exits non-zero while one is not up.
+
+Polling `Popen.poll()` every 100 ms costs a few waitpid calls; no Python runs on a
+request's path for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from sluicegate.config import split_host_port
+from sluicegate.stack.children import spawn, stop, wait_listening
+
+log = logging.getLogger("sluicegate.up")
+
+State = Literal["up", "down", "starting"]
+BACKOFF_FIRST_S: Final = 0.1
+BACKOFF_MAX_S: Final = 10.0
+STABLE_S: Final = 30.0  # a child up this long starts its backoff over
+_POLL_S: Final = 0.1
+_START_TIMEOUT_S: Final = 30.0
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """How to start one child: `kind` and `name` say what it is (for logs and /status),
+    `address` where it listens. `env` may carry a secret: it is never shown."""
+
+    kind: str
+    name: str
+    address: str
+    argv: Sequence[str]
+    log_path: Path
+    env: Mapping[str, str] | None = field(default=None, repr=False)
+
+
+class Child:
+    """One supervised process and what is known about it."""
+
+    def __init__(self, spec: ChildSpec) -> None:
+        self.spec = spec
+        self.process: subprocess.Popen[bytes] | None = None
+        self.state: State = "down"
+        self.restarts = 0
+        self.crashes_in_row = 0
+        self.last_exit: int | None = None
+        self.since = time.time()  # when `state` last changed (wall clock, for /status)
+        self._up_at = time.monotonic()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def port(self) -> int:
+        return split_host_port(self.spec.address)[1]
+
+    def set_state(self, state: State) -> None:
+        self.state = state
+        self.since = time.time()
+        if state == "up":
+            self._up_at = time.monotonic()
+
+    def spawn(self) -> None:
+        self.process = spawn(self.spec.argv, self.spec.log_path, self.spec.env)
+        self.set_state("starting")
+
+    def wait_listening(self, timeout_s: float = _START_TIMEOUT_S) -> None:
+        """Block until the child listens (raises with its log tail if it exits first)."""
+        assert self.process is not None
+        host, port = split_host_port(self.spec.address)
+        what = f"{self.spec.kind} {self.spec.name}"
+        wait_listening(self.process, host, port, self.spec.log_path, what, timeout_s)
+        self.set_state("up")
+
+    def served_long(self) -> bool:
+        return time.monotonic() - self._up_at >= STABLE_S
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.spec.kind,
+            "name": self.spec.name,
+            "address": self.spec.address,
+            "pid": None if self.process is None else self.process.pid,
+            "state": self.state,
+            "since": self.since,
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+            "log": str(self.spec.log_path),
+        }
+
+
+def start_children(specs: Sequence[ChildSpec]) -> list[Child]:
+    """Start every child, then wait until each listens; on any failure stop them all."""
+    children = [Child(spec) for spec in specs]
+    try:
+        for child in children:
+            child.spawn()
+        for child in children:
+            child.wait_listening()
+    except BaseException:
+        stop_children(children)
+        raise
+    return children
+
+
+def stop_children(children: Sequence[Child]) -> None:
+    """SIGTERM each (last started first), then SIGKILL after a grace; always reaped."""
+    for child in reversed(children):
+        if child.process is not None:
+            stop(child.process)
+        child.set_state("down")
+
+
+def backoff_s(crashes_in_row: int) -> float:
+    """The wait before restart number `crashes_in_row` (1 for the first) of a child."""
+    return float(min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, crashes_in_row - 1)))
+
+
+async def _listening(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 0.5)
+    except (TimeoutError, OSError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+class Supervisor:
+    """Restarts the children it is given when they exit; `run()` until cancelled."""
+
+    def __init__(self, children: Sequence[Child]) -> None:
+        self.children = list(children)
+        self._restarting: dict[int, asyncio.Task[None]] = {}
+
+    def add(self, children: Sequence[Child]) -> None:
+        self.children.extend(children)
+
+    def status(self) -> list[dict[str, Any]]:
+        return [child.to_dict() for child in self.children]
+
+    async def run(self) -> None:
+        try:
+            while True:
+                for index, child in enumerate(self.children):
+                    if index in self._restarting or child.process is None:
+                        continue
+                    code = child.process.poll()  # reaps an exited child
+                    if code is not None:
+                        self._restarting[index] = asyncio.create_task(self._restart(index, code))
+                await asyncio.sleep(_POLL_S)
+        finally:
+            for task in self._restarting.values():
+                task.cancel()
+
+    async def _restart(self, index: int, code: int) -> None:
+        child = self.children[index]
+        try:
+            child.crashes_in_row = 1 if child.served_long() else child.crashes_in_row + 1
+            child.last_exit = code
+            child.set_state("down")
+            delay = backoff_s(child.crashes_in_row)
+            log.error("%s %s (pid %s) exited with status %d; restarting in %.1f s",
+                      child.spec.kind, child.name, child.process and child.process.pid,
+                      code, delay)  # fmt: skip
+            await asyncio.sleep(delay)
+            try:
+                child.spawn()
+            except OSError as err:  # the old process stays reaped: the next poll retries
+                log.error("cannot start %s %s: %s", child.spec.kind, child.name, err)
+                return
+            child.restarts += 1
+            assert child.process is not None
+            host, port = split_host_port(child.spec.address)
+            deadline = time.monotonic() + _START_TIMEOUT_S
+            while child.process.poll() is None and time.monotonic() < deadline:
+                if await _listening(host, port):
+                    child.set_state("up")
+                    log.warning("%s %s restarted (pid %d, restart %d)", child.spec.kind,
+                                child.name, child.process.pid, child.restarts)  # fmt: skip
+                    return
+                await asyncio.sleep(0.05)
+            if child.process.poll() is None:  # alive but never listened: start it over
+                log.error("%s %s did not listen within %.0f s; killing it", child.spec.kind,
+                          child.name, _START_TIMEOUT_S)  # fmt: skip
+                child.process.kill()
+        finally:
+            # The next poll sees an exit (and restarts again) or a running child.
+            self._restarting.pop(index, None)

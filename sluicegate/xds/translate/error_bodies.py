@@ -1,0 +1,86 @@
+"""A provider's error answer that is not JSON becomes OpenAI's error JSON.
+
+Clients parse `{"error": {...}}` on every non-2xx answer, but a provider may answer an
+error in plain text (a proxy's 400, an HTML 502 page). local_reply_config cannot touch
+upstream answers, so an ext_proc filter (stage wire.STAGE_ERROR_BODY) wraps the body,
+keeping the status and the provider's text. It is wrapped in a matcher on the response
+headers that skips it unless the status is 4xx/5xx and the content type is not JSON
+(wire.JSON_MEDIA_TYPE_REGEX): Envoy evaluates that per response in C++, so a 2xx answer,
+a stream and any JSON error (the gateway's own local replies included) never reach Python;
+an error answer that does costs one buffered round trip (errors are small).
+"""
+
+from __future__ import annotations
+
+from envoy.config.core.v3 import extension_pb2
+from envoy.extensions.common.matching.v3 import extension_matcher_pb2
+from envoy.extensions.filters.common.matcher.action.v3 import skip_action_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.type.matcher.v3 import http_inputs_pb2
+from xds.core.v3 import extension_pb2 as xds_extension_pb2
+from xds.type.matcher.v3 import matcher_pb2, regex_pb2, string_pb2
+
+from sluicegate import wire
+from sluicegate.model import Limits
+
+from ._ext_proc import error_body_config
+from ._proto import pack
+
+ERROR_BODY_FILTER = "sluicegate.error_body"
+RESPONSE_HEADER_INPUT = "envoy.matching.inputs.response_headers"
+SKIP_FILTER_ACTION = "envoy.filters.common.matcher.action.skip_filter"
+# Statuses that are not errors: the filter is skipped for them.
+NOT_AN_ERROR_STATUS = r"[123][0-9][0-9]"
+
+
+def _header_matches(header: str, regex: str) -> matcher_pb2.Matcher.MatcherList.Predicate:
+    return matcher_pb2.Matcher.MatcherList.Predicate(
+        single_predicate=matcher_pb2.Matcher.MatcherList.Predicate.SinglePredicate(
+            input=xds_extension_pb2.TypedExtensionConfig(
+                name=RESPONSE_HEADER_INPUT,
+                typed_config=pack(http_inputs_pb2.HttpResponseHeaderMatchInput(header_name=header)),
+            ),
+            value_match=string_pb2.StringMatcher(
+                safe_regex=regex_pb2.RegexMatcher(
+                    # xds's matcher API requires the engine; Envoy's own does not.
+                    google_re2=regex_pb2.RegexMatcher.GoogleRE2(),
+                    regex=regex,
+                )
+            ),
+        )
+    )
+
+
+def error_body_filter(limits: Limits) -> hcm_pb2.HttpFilter:
+    """The wrapping filter, skipped for a success status or a JSON body (module doc).
+    A missing content-type does not match, so an error without one is wrapped."""
+    skip_unless_wrapped = matcher_pb2.Matcher.MatcherList.FieldMatcher(
+        predicate=matcher_pb2.Matcher.MatcherList.Predicate(
+            or_matcher=matcher_pb2.Matcher.MatcherList.Predicate.PredicateList(
+                predicate=[
+                    _header_matches(":status", NOT_AN_ERROR_STATUS),
+                    _header_matches("content-type", wire.JSON_MEDIA_TYPE_REGEX),
+                ]
+            )
+        ),
+        on_match=matcher_pb2.Matcher.OnMatch(
+            action=xds_extension_pb2.TypedExtensionConfig(
+                name=SKIP_FILTER_ACTION, typed_config=pack(skip_action_pb2.SkipFilter())
+            )
+        ),
+    )
+    return hcm_pb2.HttpFilter(
+        name=ERROR_BODY_FILTER,
+        typed_config=pack(
+            extension_matcher_pb2.ExtensionWithMatcher(
+                xds_matcher=matcher_pb2.Matcher(
+                    matcher_list=matcher_pb2.Matcher.MatcherList(matchers=[skip_unless_wrapped])
+                ),
+                extension_config=extension_pb2.TypedExtensionConfig(
+                    name=ERROR_BODY_FILTER, typed_config=pack(error_body_config(limits))
+                ),
+            )
+        ),
+    )

@@ -1,0 +1,154 @@
+"""No single child process's death stops the gateway (issue 9, part 1).
+
+A real `sluicegate up` on the quickstart with one ext_proc replica, under steady load:
+kill -9 a replica or a mock provider and count every request's outcome. Envoy leaves a
+dead ext_proc server within about a second (health check and outlier detection on the
+ext_proc clusters, envoy/bootstrap.py), retries a dead provider's requests on the other,
+and `up` restarts what died (stack/supervisor.py); `sluicegate status` exits 1 while
+something is down.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluicegate.testing import (
+    SETTLED_S,
+    alive,
+    judge,
+    quickstart_on_free_ports,
+    steady_load,
+    wait_until,
+)
+from tests.e2e.stack import Stack, running_stack
+from tests.ports import free_port
+
+pytestmark = pytest.mark.e2e
+
+KEY = "sk-sluicegate-demo"
+HEADERS = {"authorization": f"Bearer {KEY}", "x-mock-output-tokens": "2", "x-mock-ttft-ms": "20"}
+MODEL = "gpt-4o-mini"  # served by alpha and beta: one provider's death can fail over
+
+
+def fault_doc(tmp: Path) -> dict[str, Any]:
+    """The quickstart with one ext_proc replica, and no request limit the load would hit."""
+    doc = quickstart_on_free_ports(tmp)
+    doc["sluicegate"]["ext_proc_replicas"] = [f"127.0.0.1:{free_port()}"]
+    for tenant in doc["tenants"]:
+        tenant.pop("rate_limits", None)
+    return doc
+
+
+def processes(stack: Stack, kind: str) -> list[dict[str, Any]]:
+    return [p for p in stack.status()["processes"] if p["kind"] == kind]
+
+
+def sluicegate_status(stack: Stack) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sluicegate", "status",
+         "--address", stack.doc["sluicegate"]["http"]],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+def zombies_of(pid: int) -> list[int]:
+    """Children of `pid` that exited and were never reaped (<defunct>)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z" and int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_and_judge(stack: Stack, kind: str, name: str, *, break_restart: bool = False) -> None:
+    """kill -9 the `kind` process `name` under steady load; no request that starts
+    SETTLED_S after the kill may fail, and the process must come back (a new pid, state
+    up; how soon is benchmarks/faults.py's to record, not a test's). With break_restart,
+    the config file is made invalid before the kill (so every restart fails, and the last
+    good config serves on) until `sluicegate status` has been seen to report the process,
+    then put back."""
+    (victim,) = [p for p in processes(stack, kind) if p["name"] == name]
+    assert victim["state"] == "up" and alive(victim["pid"])
+    good = stack.config_path.read_text()
+    with steady_load(stack.gateway, MODEL, HEADERS) as load:
+        assert wait_until(lambda: sum(o.ok for o in load.outcomes) >= 20, 30), load.outcomes[-5:]
+        if break_restart:
+            stack.write_text(good + "\nnot_a_section: true\n")
+        os.kill(victim["pid"], signal.SIGKILL)
+        kill = time.monotonic()
+        if break_restart:
+            reported = f"{kind} {name} is "
+
+            def reported_down() -> bool:
+                result = sluicegate_status(stack)
+                return result.returncode == 1 and reported in result.stderr
+
+            assert wait_until(reported_down, 30), sluicegate_status(stack).stderr
+            (down,) = [p for p in processes(stack, kind) if p["name"] == name]
+            assert down["state"] != "up", down
+            stack.write_text(good)
+
+        def back() -> bool:
+            (now,) = [p for p in processes(stack, kind) if p["name"] == name]
+            return bool(now["state"] == "up" and now["pid"] != victim["pid"])
+
+        assert wait_until(back, 30), processes(stack, kind)
+        back_after = time.monotonic() - kill
+        # Keep the load on for a while after the kill (and after the restart).
+        wait_until(lambda: time.monotonic() > kill + SETTLED_S + 3, 30)
+    verdict = judge(f"{kind} {name}", load.since(0), kill, back_after)
+    print(verdict)  # shown with -s: every failure by status and code
+    assert verdict.failed_settled == 0, verdict
+    assert load.since(kill + SETTLED_S), "the load went on after the kill"
+    (now,) = [p for p in processes(stack, kind) if p["name"] == name]
+    assert now["restarts"] >= 1, now
+    assert not zombies_of(stack.process.pid)
+    assert wait_until(lambda: sluicegate_status(stack).returncode == 0, 10), sluicegate_status(
+        stack
+    ).stdout[-2000:]
+    assert f"{name} (pid {victim['pid']}) exited with status -9" in stack.log()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("faults")
+    with running_stack(tmp, fault_doc(tmp)) as running:
+        yield running
+
+
+def test_status_lists_every_process_up(stack: Stack) -> None:
+    kinds = sorted(p["kind"] for p in stack.status()["processes"])
+    assert kinds == sorted(
+        ["control_plane", "ext_proc", "ext_proc_replica", "mock_provider", "mock_provider", "envoy"]
+    )
+    assert all(p["state"] == "up" for p in stack.status()["processes"])
+    assert sluicegate_status(stack).returncode == 0
+
+
+def test_a_killed_replica_is_left_by_envoy_and_restarted(stack: Stack) -> None:
+    (replica,) = stack.doc["sluicegate"]["ext_proc_replicas"]
+    kill_and_judge(stack, "ext_proc_replica", replica)
+
+
+def test_a_replica_that_cannot_restart_is_reported_down_until_it_does(stack: Stack) -> None:
+    (replica,) = stack.doc["sluicegate"]["ext_proc_replicas"]
+    kill_and_judge(stack, "ext_proc_replica", replica, break_restart=True)
+
+
+def test_a_killed_mock_provider_fails_over_and_is_restarted(stack: Stack) -> None:
+    kill_and_judge(stack, "mock_provider", "alpha")
