@@ -201,7 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="ext_proc HOST:PORT; repeat for replicas (default 127.0.0.1:18001)",
     )
-    boot.add_argument("--admin", default="127.0.0.1:9901", help="Envoy admin HOST:PORT")
+    boot.add_argument(
+        "--admin", default="127.0.0.1:9901", help="Envoy admin HOST:PORT or unix:/path"
+    )
     boot.add_argument("--ads-mode", choices=["sotw", "delta"], default="sotw")
     boot.add_argument(
         "--format",

@@ -28,6 +28,16 @@ QUEUE_MARGIN_MS: Final = 2_000
 PRIORITY_HEADER: Final = "x-sluicegate-priority"
 # Client credentials the admission stage reads and removes before anything goes upstream.
 CLIENT_KEY_HEADERS: Final = ("authorization", "x-api-key", "api-key")
+# Query parameters that carry credentials somewhere (names compared decoded, lower-case,
+# `-` read as `_`): the routing stage removes them from the path before any provider
+# sees it (filters/request_limits.py), leaving every other parameter byte for byte.
+QUERY_CREDENTIALS: Final = frozenset(
+    {
+        "access_token", "api_key", "apikey", "auth", "auth_token", "authorization",
+        "client_secret", "code", "key", "password", "secret", "sig", "signature",
+        "subscription_key", "token", "x_api_key",
+    }
+)  # fmt: skip
 
 # Request headers a client may send, as the routing stage sees them (Envoy's defaults:
 # 100 headers, pseudo-headers and those Envoy adds on arrival included, and 60 KiB); the

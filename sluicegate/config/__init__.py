@@ -9,6 +9,7 @@ Other rooms import from here only:
 """
 
 from .addresses import is_ip_address, split_host_port
+from .admin_address import ADMIN_SOCKET_MODE, UNIX_PREFIX, AdminAddress, parse_admin_address
 from .admission import (
     LIMIT_KINDS,
     Admission,
@@ -60,8 +61,11 @@ from .schema import (
 from .secrets import resolve_api_keys
 
 __all__ = [
+    "ADMIN_SOCKET_MODE",
     "LIMIT_KINDS",
+    "UNIX_PREFIX",
     "Addresses",
+    "AdminAddress",
     "Admission",
     "ApiKeySource",
     "Backend",
@@ -107,6 +111,7 @@ __all__ = [
     "load_config",
     "load_config_text",
     "normalize_path_prefix",
+    "parse_admin_address",
     "parse_duration_ms",
     "parse_key_hash",
     "resolve_api_keys",

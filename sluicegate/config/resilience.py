@@ -83,13 +83,26 @@ class Timeouts(_Section):
     # Per attempt of a streamed request (`"stream": true`): until the provider's response
     # headers, which come with the first token, so a hung provider is left this soon for
     # another. Once headers are forwarded it stops: it never cuts a stream. 0: none.
-    first_token: Duration = Field(default=15_000, ge=0)
+    # Unset: `stream_first_token` (15 s, or first_byte when that is shorter).
+    first_token: Duration | None = Field(default=None, ge=0)
     # Per attempt: longest silence from the provider, also before the first byte;
     # restarts on every byte, so a stream that keeps producing is never cut. 0: none.
     idle: Duration = Field(default=120_000, ge=0)
     # The whole request, all attempts and back-offs included; it DOES cut a stream that
     # is still producing. 0: none (Envoy's own default of 15 s would cut long streams).
     total: Duration = Field(default=600_000, ge=0)
+
+    @property
+    def stream_first_token(self) -> int:
+        """The per-attempt wait for a stream's first token: `first_token` as written, else
+        15 s but never longer than `first_byte` (a route that leaves a slow non-streamed
+        attempt sooner than that leaves a stream at least as soon)."""
+        if self.first_token is not None:
+            return self.first_token
+        return min(DEFAULT_FIRST_TOKEN_MS, self.first_byte or DEFAULT_FIRST_TOKEN_MS)
+
+
+DEFAULT_FIRST_TOKEN_MS = 15_000
 
 
 # --- retries -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .addresses import is_ip_address, split_host_port
+from .admin_address import parse_admin_address
 from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant, check_model_names
 from .durations import Duration
 from .headers import check_forwarded_name, check_header_name, check_header_value, check_unique
@@ -229,15 +230,23 @@ class Addresses(Strict):
     xds: str = "127.0.0.1:18000"
     ext_proc: str = "127.0.0.1:18001"
     http: str = "127.0.0.1:9100"
+    # Envoy's admin API: `host:port`, or `unix:/path` for a socket only Envoy's user may
+    # open (admin_address.py says why; `validate` warns about TCP outside the quickstart).
     envoy_admin: str = "127.0.0.1:9901"
     # More ext_proc servers that `up` starts (`sluicegate ext-proc`); Envoy spreads requests
     # over all of them. Limits are then only shared through a Redis store.
     ext_proc_replicas: list[str] = Field(default_factory=list, max_length=64)
 
-    @field_validator("xds", "ext_proc", "http", "envoy_admin")
+    @field_validator("xds", "ext_proc", "http")
     @classmethod
     def _host_port(cls, value: str) -> str:
         split_host_port(value)  # raises ValueError with the reason
+        return value
+
+    @field_validator("envoy_admin")
+    @classmethod
+    def _admin_address(cls, value: str) -> str:
+        parse_admin_address(value)  # raises ValueError with the reason
         return value
 
     @field_validator("ext_proc_replicas")
@@ -260,6 +269,14 @@ class Limits(Strict):
     max_request_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     # How long Envoy waits for the ext_proc server per message.
     ext_proc_message_timeout_ms: int = Field(default=5_000, ge=10, le=600_000)
+    # Slow and abusive clients (docs/operations.md, "Slow and abusive clients"); 0 = off.
+    # From a request's first byte to its last header: a client's headers are tiny.
+    request_headers_timeout: Duration = Field(default=10_000, ge=0)
+    # From a request's first byte to its last body byte (a 4 MB body at 100 KB/s fits);
+    # the time the gateway itself holds the body (queue wait) is added in translation.
+    request_timeout: Duration = Field(default=60_000, ge=0)
+    # Open client connections per listener; more are closed at once.
+    max_connections_per_listener: int = Field(default=10_000, ge=1, le=1_000_000)
 
 
 class Config(Strict):

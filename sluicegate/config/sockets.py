@@ -1,7 +1,8 @@
 """No two sockets that `sluicegate up` opens may share a port.
 
 Envoy listeners, sluicegate's own servers (xDS, ext_proc, HTTP, Envoy admin) and
-the mock providers it starts all bind on this machine. A real provider's base_url
+the mock providers it starts all bind on this machine. An Envoy admin on a Unix socket
+(`unix:/path`) takes no port, so it is left out. A real provider's base_url
 must not point at one of the first two either (a request would loop).
 """
 
@@ -13,6 +14,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from .addresses import collide, split_host_port
+from .admin_address import parse_admin_address
 from .document import Document
 from .problems import Problem
 from .source import KeyPath, Locator, format_key_path
@@ -79,6 +81,8 @@ def _pair(socket: _Socket) -> tuple[str, int]:
 def _sockets(doc: Document, at: Locator) -> Iterable[_Socket]:
     for name, address in doc.addresses.items():
         path: KeyPath = ("sluicegate", name)
+        if name == "envoy_admin" and parse_admin_address(address).is_unix:
+            continue
         host, port = split_host_port(address)
         line = at.source.line_of(path) if at.source.has(path) else 0
         yield _Socket("sluicegate", f"sluicegate.{name}", host, port, path, line)

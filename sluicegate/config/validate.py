@@ -11,6 +11,7 @@ import difflib
 from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
+from .admin_address import parse_admin_address
 from .admission import Admission
 from .document import Document, KeyRef, SettingsRoute
 from .durations import format_duration_ms
@@ -333,11 +334,11 @@ def _setting_findings(settings: Resilience) -> Iterator[Finding]:
             f"base_ejection_time ({format_duration_ms(outlier.base_ejection_time)}) is longer "
             f"than max_ejection_time ({format_duration_ms(outlier.max_ejection_time)})",
         )
-    # The per-attempt timers that end at the response headers: non-streamed, streamed.
+    # The per-attempt timers that end at the response headers: non-streamed, and streamed
+    # where written (unset, it is never longer than first_byte, which is checked).
+    written = () if timeouts.first_token is None else (("first_token", timeouts.first_token),)
     header_timers = [
-        (name, value)
-        for name, value in (("first_byte", first_byte), ("first_token", timeouts.first_token))
-        if value
+        (name, value) for name, value in (("first_byte", first_byte), *written) if value
     ]
     cut_by_idle = [(name, value) for name, value in header_timers if idle and idle < value]
     if cut_by_idle:
@@ -555,6 +556,29 @@ def _where(at: Locator, path: tuple[str | int, ...]) -> str:
     return f"{format_key_path(path)}, line {at.source.line_of(path)}"
 
 
+def check_envoy_admin(doc: Document, at: Locator) -> Iterable[Problem]:
+    """Envoy's admin has no authentication: whoever reaches it can set Envoy's log level
+    to debug (Envoy then logs client and provider keys) or stop Envoy. Warn when it is
+    TCP beyond loopback. Loopback TCP (the quickstart's default) stays quiet: only local
+    users reach it, and the debug log they could turn on is written 0600 by the launcher
+    (a DoS risk on a shared host, which docs/operations.md "Envoy's admin" covers; a
+    warning on every file with the default would be noise that teaches to ignore it)."""
+    address = doc.addresses.get("envoy_admin")
+    if address is None:
+        return  # reported by the schema
+    admin = parse_admin_address(address)
+    if admin.is_loopback:
+        return
+    path: KeyPath = ("sluicegate", "envoy_admin")
+    yield at.warning(
+        path,
+        f"Envoy's admin on {address} is reachable from other machines; whoever reaches it "
+        "can set Envoy's log level to debug (Envoy then logs client keys) or stop Envoy: "
+        "use unix:/path/admin.sock (a socket only Envoy's user may open) or a loopback "
+        "address",
+    )
+
+
 RULES: tuple[Rule, ...] = (
     check_unique_names,
     check_backends,
@@ -572,4 +596,5 @@ RULES: tuple[Rule, ...] = (
     check_tenants,
     check_client_keys,
     check_sockets,
+    check_envoy_admin,
 )

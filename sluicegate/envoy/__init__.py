@@ -10,7 +10,7 @@ envoy.stats(); envoy.config_dump()
 await envoy.stop()
 """
 
-from .admin import AdminError
+from .admin import AdminError, admin_base_url, admin_get, admin_json, flatten_stats
 from .bootstrap import AdsMode, bootstrap_dict, bootstrap_json, bootstrap_yaml, make_bootstrap
 from .launcher import EnvoyProcess, EnvoyStartError, find_envoy_binary
 
@@ -19,9 +19,13 @@ __all__ = [
     "AdsMode",
     "EnvoyProcess",
     "EnvoyStartError",
+    "admin_base_url",
+    "admin_get",
+    "admin_json",
     "bootstrap_dict",
     "bootstrap_json",
     "bootstrap_yaml",
     "find_envoy_binary",
+    "flatten_stats",
     "make_bootstrap",
 ]

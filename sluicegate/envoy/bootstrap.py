@@ -18,6 +18,7 @@ import yaml
 from envoy.config.bootstrap.v3 import bootstrap_pb2
 from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
 from envoy.config.core.v3 import (
+    address_pb2,
     base_pb2,
     config_source_pb2,
     grpc_service_pb2,
@@ -35,7 +36,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import any_pb2, duration_pb2, json_format, struct_pb2, wrappers_pb2
 
 from sluicegate import wire
-from sluicegate.config import is_ip_address, split_host_port
+from sluicegate.config import ADMIN_SOCKET_MODE, is_ip_address, parse_admin_address, split_host_port
 from sluicegate.xds.resource import HTTP_PROTOCOL_OPTIONS
 
 from .address import socket_address
@@ -222,7 +223,9 @@ def _layered_runtime() -> bootstrap_pb2.LayeredRuntime:
 def _overload_manager(
     max_downstream_connections: int, max_heap_bytes: int | None
 ) -> overload_pb2.OverloadManager:
-    """Caps downstream connections; with a heap budget, sheds load before running out."""
+    """Caps downstream connections over all listeners (each listener also has its own
+    cap, `limits.max_connections_per_listener`); with a heap budget, sheds load before
+    running out."""
     manager = overload_pb2.OverloadManager(
         refresh_interval=_seconds(0.25),
         resource_monitors=[
@@ -253,13 +256,28 @@ def _overload_manager(
             )
             return overload_pb2.OverloadAction(name=name, triggers=[trigger])
 
+        # Near the budget: give memory back and close connections after their request;
+        # at it: answer new requests with a 503 (the listener's `gateway_overloaded`
+        # error) and close new connections at once, so streams in flight can finish.
         manager.actions.extend(
             [
                 action("envoy.overload_actions.shrink_heap", 0.95),
+                action("envoy.overload_actions.disable_http_keepalive", 0.95),
                 action("envoy.overload_actions.stop_accepting_requests", 0.98),
+                action("envoy.overload_actions.reject_incoming_connections", 0.98),
             ]
         )
     return manager
+
+
+def _admin(address: str) -> bootstrap_pb2.Admin:
+    """Envoy's admin on TCP or on a Unix socket (a pipe) of mode 0600: whoever can
+    connect may set the log level to debug, and Envoy's debug log prints keys."""
+    admin = parse_admin_address(address, allow_port_zero=True)
+    if admin.path is not None:
+        pipe = address_pb2.Pipe(path=admin.path, mode=ADMIN_SOCKET_MODE)
+        return bootstrap_pb2.Admin(address=address_pb2.Address(pipe=pipe))
+    return bootstrap_pb2.Admin(address=socket_address(admin.host, admin.port))
 
 
 def _addresses(value: str | Sequence[str]) -> list[str]:
@@ -281,16 +299,16 @@ def make_bootstrap(
     """The bootstrap for an Envoy that takes its listeners and clusters from sluicegate.
 
     `ext_proc_address` may name several ext_proc servers (replicas sharing a Redis store).
-    `admin_address` may use port 0 (Envoy picks one; EnvoyProcess reads it back).
+    `admin_address` may use port 0 (Envoy picks one; EnvoyProcess reads it back), or be
+    `unix:/path`: a socket that only Envoy's user may open (`_admin`).
     `initial_fetch_timeout_s` bounds how long Envoy waits for LDS/CDS before it
     declares itself ready anyway (Envoy's default is 15 s).
     """
     if not node_id:
         raise ValueError("node_id must not be empty")
-    admin_host, admin_port = split_host_port(admin_address, allow_port_zero=True)
     return bootstrap_pb2.Bootstrap(
         node=base_pb2.Node(id=node_id, cluster=cluster),
-        admin=bootstrap_pb2.Admin(address=socket_address(admin_host, admin_port)),
+        admin=_admin(admin_address),
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(
             clusters=[
                 _grpc_cluster(wire.XDS_CLUSTER, xds_address),

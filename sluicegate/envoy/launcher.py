@@ -2,7 +2,9 @@
 
 The config (a Bootstrap message, a dict, or YAML text) is written to a work
 directory together with Envoy's log and the admin address Envoy reports
-(`--admin-address-path`, so the admin port may be 0). Envoy is started with
+(`--admin-address-path`, so the admin port may be 0; for an admin on a Unix socket
+Envoy writes the socket's path). The log is created 0600: Envoy's debug log prints
+keys. Envoy is started with
 `--use-dynamic-base-id`, so several can run on one machine, and (on Linux) dies
 with the thread that started it, so a crashed parent leaves no Envoy behind.
 """
@@ -30,7 +32,7 @@ from google.protobuf.message import Message
 
 from sluicegate.process import die_with_parent
 
-from .admin import AdminError, admin_get, admin_json, flatten_stats
+from .admin import AdminError, admin_base_url, admin_get, admin_json, flatten_stats
 
 WaitFor = Literal["live", "admin"]
 DEFAULT_START_TIMEOUT_S: Final = 15.0
@@ -130,7 +132,8 @@ class EnvoyProcess:
 
     @property
     def admin_url(self) -> str:
-        """`http://host:port` of the admin API (known once Envoy has started it)."""
+        """`http://host:port` or `unix:/path` of the admin API (known once Envoy has
+        started it); `sluicegate.envoy.admin` speaks both."""
         if self._admin_url is None:
             self._admin_url = self._read_admin_url()
             if self._admin_url is None:
@@ -142,7 +145,7 @@ class EnvoyProcess:
             address = self._admin_path.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             return None
-        return f"http://{address}" if address else None
+        return admin_base_url(address) if address else None
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
         try:
@@ -158,7 +161,10 @@ class EnvoyProcess:
             raise RuntimeError("EnvoyProcess already started")
         binary = self._binary or find_envoy_binary()
         self._admin_path.unlink(missing_ok=True)
-        with open(self.log_path, "ab") as log:
+        # Owner-only, whoever made the work directory: at debug level Envoy logs keys.
+        descriptor = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.fchmod(descriptor, 0o600)  # a log kept from an earlier run may be wider
+        with open(descriptor, "ab") as log:
             self._process = subprocess.Popen(
                 die_with_parent([binary, *self._args])
                 if self._die_with_parent

@@ -7,11 +7,16 @@
   routing stage's header mutation would cross Envoy's limit.
 - `content-length` above `limits.max_request_body_bytes`: 413 at once. Envoy would
   otherwise wait for (and buffer) the body until its buffer limit or the client gives up.
+- A credential in the query string (wire.QUERY_CREDENTIALS: `?api_key=…`) is removed
+  from `:path`, so no provider sees it. Only names are decoded to compare them; the
+  query is otherwise kept byte for byte (Envoy's own query mutation decodes and does not
+  re-encode values, which would corrupt `%26` and could make a new parameter of it).
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
+from urllib.parse import unquote_plus
 
 from sluicegate import wire
 
@@ -42,25 +47,60 @@ def body_too_large(max_body_bytes: int) -> bytes:
     )
 
 
-def check_headers(message: Any, max_body_bytes: int | None, too_large: bytes) -> bytes | None:
-    """The refusal for a `HttpHeaders` message over a limit, or None. `too_large` is
-    body_too_large(max_body_bytes), built once by the caller's table."""
+class HeaderCheck(NamedTuple):
+    """What the routing stage makes of request headers: a refusal (431, 413), or the
+    `:path` to send on instead of the client's (credentials removed), or neither."""
+
+    refusal: bytes | None = None
+    path: bytes | None = None
+
+
+PASSED: Final = HeaderCheck()
+
+
+def check_headers(message: Any, max_body_bytes: int | None, too_large: bytes) -> HeaderCheck:
+    """Check a `HttpHeaders` message. `too_large` is body_too_large(max_body_bytes), built
+    once by the caller's table."""
     headers = message.headers.headers
     if len(headers) > wire.MAX_REQUEST_HEADERS:
-        return TOO_MANY_HEADERS
+        return HeaderCheck(TOO_MANY_HEADERS)
     size = 0
     declared: bytes | None = None
+    path: bytes | None = None
     for header in headers:
         key = header.key
         raw = header.raw_value or header.value.encode()  # older Envoys send `value`
         size += len(key) + len(raw)
         if key == "content-length":
             declared = raw
+        elif key == ":path":
+            path = raw
     if size > _MAX_HEADER_BYTES:
-        return HEADERS_TOO_LARGE
+        return HeaderCheck(HEADERS_TOO_LARGE)
     if declared is not None and max_body_bytes is not None:
         # Envoy's codec has already refused a content-length that is not a number.
         text = declared.strip()
         if text.isdigit() and int(text) > max_body_bytes:
-            return too_large
-    return None
+            return HeaderCheck(too_large)
+    if path is not None and b"?" in path:
+        cleaned = without_query_credentials(path)
+        if cleaned is not None:
+            return HeaderCheck(path=cleaned)
+    return PASSED
+
+
+def without_query_credentials(path: bytes) -> bytes | None:
+    """`path` with every wire.QUERY_CREDENTIALS parameter removed, or None when it has
+    none. A parameter's name is decoded (`api%5Fkey`, `API-Key` are `api_key`) only to be
+    compared; what is kept is kept as sent."""
+    target, _, query = path.partition(b"?")
+    parts = query.split(b"&")
+    kept = [part for part in parts if not _is_credential(part)]
+    if len(kept) == len(parts):
+        return None
+    return target + b"?" + b"&".join(kept) if kept else target
+
+
+def _is_credential(part: bytes) -> bool:
+    name = unquote_plus(part.partition(b"=")[0].decode("latin-1")).strip().lower()
+    return name.replace("-", "_") in wire.QUERY_CREDENTIALS

@@ -46,6 +46,18 @@ def common(
     return response
 
 
+def with_path(answer: bytes, path: bytes) -> bytes:
+    """A serialized answer to request headers that also sets `:path` (the routing stage's
+    answer to a query carrying credentials: rare, so parsed and built again here). An
+    immediate response is returned as it is."""
+    message = ep.ProcessingResponse.FromString(answer)
+    if message.WhichOneof("response") != "request_headers":
+        return answer
+    message.request_headers.response.header_mutation.set_headers.append(set_header(":path", path))
+    result: bytes = message.SerializeToString()
+    return result
+
+
 def request_headers_answer(response: Any, dynamic_metadata: Any = None) -> bytes:
     """Serialized answer to a `request_headers` message."""
     message = ep.ProcessingResponse(request_headers=ep.HeadersResponse(response=response))

@@ -24,7 +24,13 @@ from . import errors
 from .counters import Counters
 from .jsonbody import BodyError, decode_utf8, find_members
 from .request_facts import read_model, read_stream
-from .responses import CONTINUE_REQUEST_HEADERS, PASS_THROUGH, common, request_headers_answer
+from .responses import (
+    CONTINUE_REQUEST_HEADERS,
+    PASS_THROUGH,
+    common,
+    request_headers_answer,
+    with_path,
+)
 from .table import RoutingTable
 
 STAGE = wire.STAGE_ROUTING
@@ -63,12 +69,13 @@ def on_message(request: Any, table: RoutingTable, counters: Counters) -> bytes:
     if kind == "request_body":
         return decide(request.request_body.body, table, counters)
     if kind == "request_headers":
-        refusal = table.refuse_headers(request.request_headers)
-        if refusal is not None:
+        check = table.check_headers(request.request_headers)
+        if check.refusal is not None:
             counters.inc(STAGE, outcome.BAD_REQUEST)
-            return refusal
+            return check.refusal
+        answer = CONTINUE_REQUEST_HEADERS
         if request.request_headers.end_of_stream:
             counters.inc(STAGE, outcome.NO_BODY)
-            return BODILESS_ANSWER
-        return CONTINUE_REQUEST_HEADERS
+            answer = BODILESS_ANSWER
+        return answer if check.path is None else with_path(answer, check.path)
     return PASS_THROUGH.get(kind or "", CONTINUE_REQUEST_HEADERS)

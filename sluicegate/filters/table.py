@@ -10,7 +10,7 @@ from sluicegate import wire
 from sluicegate.config import check_model_names
 from sluicegate.model import Gateway, first_match
 
-from .request_limits import body_too_large, check_headers
+from .request_limits import HeaderCheck, body_too_large, check_headers
 from .responses import common, request_body_answer, set_header
 
 
@@ -97,8 +97,9 @@ class RoutingTable:
             max_body_bytes=gateway.limits.max_request_body_bytes,
         )
 
-    def refuse_headers(self, message: Any) -> bytes | None:
-        """The 431 or 413 for request headers over a limit (request_limits.py), or None."""
+    def check_headers(self, message: Any) -> HeaderCheck:
+        """The 431 or 413 for request headers over a limit, or the path to send on with
+        credentials removed from its query (request_limits.py)."""
         return check_headers(message, self._max_body_bytes, self._body_too_large)
 
     def get(self, model: str) -> RouteInfo | None:

@@ -50,6 +50,10 @@ class Listener:
 class Limits:
     max_request_body_bytes: int
     ext_proc_message_timeout_ms: int
+    # Slow and abusive clients (config.Limits); 0 turns a timeout off.
+    request_headers_timeout_ms: int = 10_000
+    request_timeout_ms: int = 60_000
+    max_connections_per_listener: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,9 @@ def build_model(
         limits=Limits(
             max_request_body_bytes=cfg.limits.max_request_body_bytes,
             ext_proc_message_timeout_ms=cfg.limits.ext_proc_message_timeout_ms,
+            request_headers_timeout_ms=cfg.limits.request_headers_timeout,
+            request_timeout_ms=cfg.limits.request_timeout,
+            max_connections_per_listener=cfg.limits.max_connections_per_listener,
         ),
         admission=resolve_admission(cfg),
         tenants=resolve_tenants(cfg),

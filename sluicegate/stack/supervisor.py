@@ -60,7 +60,9 @@ class Child:
         self.crashes_in_row = 0
         self.last_exit: int | None = None
         self.since = time.time()  # when `state` last changed (wall clock, for /status)
-        self._up_at = time.monotonic()
+        # When it last came up; None while it is not up, so only a crash of a child that
+        # served STABLE_S resets the backoff (not one of a child that never started again).
+        self._up_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -73,8 +75,7 @@ class Child:
     def set_state(self, state: State) -> None:
         self.state = state
         self.since = time.time()
-        if state == "up":
-            self._up_at = time.monotonic()
+        self._up_at = time.monotonic() if state == "up" else None
 
     def spawn(self) -> None:
         self.process = spawn(self.spec.argv, self.spec.log_path, self.spec.env)
@@ -89,7 +90,8 @@ class Child:
         self.set_state("up")
 
     def served_long(self) -> bool:
-        return time.monotonic() - self._up_at >= STABLE_S
+        """Up, and for STABLE_S or longer: its next crash starts the backoff afresh."""
+        return self._up_at is not None and time.monotonic() - self._up_at >= STABLE_S
 
     def to_dict(self) -> dict[str, Any]:
         return {

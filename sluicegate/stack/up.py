@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sluicegate.config import ConfigError, load_config, resolve_api_keys, split_host_port
+from sluicegate.config import (
+    ConfigError,
+    load_config,
+    parse_admin_address,
+    resolve_api_keys,
+    split_host_port,
+)
 from sluicegate.envoy import EnvoyProcess, make_bootstrap
 from sluicegate.filters import ExtProcServer
 from sluicegate.stack.control_plane import ControlPlane
@@ -146,6 +152,10 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
                  addresses.xds, addresses.ext_proc, addresses.http)  # fmt: skip
 
         if options.start_envoy:
+            admin_socket = parse_admin_address(addresses.envoy_admin).path
+            if admin_socket is not None:
+                # Envoy binds the socket but does not make its directory.
+                Path(admin_socket).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             bootstrap = make_bootstrap(
                 node_id=options.node_id,
                 cluster="sluicegate",
@@ -161,7 +171,7 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
             stack.callback(asyncio.create_task(_watch_envoy(envoy)).cancel)
             for listener in config.listeners:
                 log.info("gateway listening on http://%s:%d", listener.address, listener.port)
-            log.info("Envoy admin on http://%s (logs in %s)", addresses.envoy_admin, work_dir)
+            log.info("Envoy admin on %s (logs in %s)", envoy.admin_url, work_dir)
 
         # The config file and the key files it names: a rotated key reloads too.
         watcher = asyncio.create_task(watch_files(control_plane.watched_paths, control_plane.load))

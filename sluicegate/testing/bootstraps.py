@@ -86,6 +86,8 @@ def static_bootstrap(
         listener.CopyFrom(resource)
         for chain in listener.filter_chains:
             for network_filter in chain.filters:
+                if not network_filter.typed_config.Is(hcm_pb2.HttpConnectionManager.DESCRIPTOR):
+                    continue  # the connection limit before it
                 hcm = hcm_pb2.HttpConnectionManager()
                 assert network_filter.typed_config.Unpack(hcm)
                 hcm.route_config.CopyFrom(routes[hcm.rds.route_config_name])

@@ -71,8 +71,10 @@ def test_defaults_without_any_resilience_section() -> None:
     assert settings == Resilience()
     timeouts = settings.timeouts
     assert (
-        timeouts.connect, timeouts.first_byte, timeouts.first_token, timeouts.idle, timeouts.total
+        timeouts.connect, timeouts.first_byte, timeouts.stream_first_token, timeouts.idle,
+        timeouts.total,
     ) == (3_000, 90_000, 15_000, 120_000, 600_000)  # fmt: skip
+    assert timeouts.first_token is None  # unset: 15 s, or first_byte when shorter
     assert settings.retries.max_retries == 2
     assert tuple(settings.retries.retry_on) == DEFAULT_RETRY_ON
     assert settings.pool.idle_timeout == 50_000  # below common provider keep-alives
@@ -231,7 +233,7 @@ def test_route_problem_reported_at_the_route_field() -> None:
         ("{first_byte: 0, idle: 2m, total: 1m}", "idle (120s) is not shorter than total (60s)"),
         # first_token, for streamed requests, by the same two rules.
         (
-            "{first_byte: 30s, idle: 10s}",
+            "{first_byte: 30s, first_token: 15s, idle: 10s}",
             "idle (10s) is shorter than first_byte (30s) and first_token (15s): the idle timer "
             "also runs while waiting for the first byte, so it fires first and they never do",
         ),
@@ -258,8 +260,25 @@ def test_timeout_combinations_that_cannot_work_are_warnings(timeouts: str, messa
 def test_first_token_longer_than_first_byte_is_allowed() -> None:
     """A stream's headers come sooner than a whole answer's, but a short first_byte for a
     small model's non-streamed answers does not make a 15 s first_token a mistake."""
-    text = TWO.replace("    models: [m]\n", "    models: [m]\n    timeouts: {first_byte: 5s}\n")
+    text = TWO.replace(
+        "    models: [m]\n", "    models: [m]\n    timeouts: {first_byte: 5s, first_token: 15s}\n"
+    )
     assert problems_of(text) == []
+
+
+@pytest.mark.parametrize(
+    ("timeouts", "streamed"),
+    [("{first_byte: 5s}", 5_000), ("{first_byte: 0}", 15_000),
+     ("{first_byte: 5s, idle: 8s, total: 10s}", 5_000),
+     ("{first_byte: 5s, first_token: 20s}", 20_000), ("{}", 15_000)],
+)  # fmt: skip
+def test_an_unset_first_token_is_never_longer_than_first_byte(timeouts: str, streamed: int) -> None:
+    """A route that leaves a slow non-streamed attempt within first_byte leaves a hung
+    stream at least as soon, without writing first_token, and is not warned about it."""
+    text = TWO.replace("    models: [m]\n", f"    models: [m]\n    timeouts: {timeouts}\n")
+    assert problems_of(text) == []
+    config = load_config_text(text, "t.yaml")
+    assert effective(config.defaults, config.routes[0]).timeouts.stream_first_token == streamed
 
 
 def test_ejection_percent_too_low_for_the_route_is_a_warning() -> None:

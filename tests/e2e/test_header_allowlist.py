@@ -63,7 +63,13 @@ ALLOWED = {
     "tracestate": "vendor=opaque",
     "x-stainless-lang": "python",  # only provider `a` lists it in forward_headers
 }
-QUERY = "?api_key=sk-in-url&key=sk-in-url&access_token=sk-in-url&limit=5&api%5Fkey=sk-in-url"
+# Credentials in every spelling; the rest kept byte for byte (`%26api_key%3D…` is one
+# parameter's value, not a parameter: it must not become one).
+QUERY = (
+    "?api_key=sk-in-url&key=sk-in-url&access_token=sk-in-url&limit=5&api%5Fkey=sk-in-url"
+    "&API-Key=sk-in-url&q=a%26api_key%3Dsk-in-url&flag"
+)
+KEPT_QUERY = "?limit=5&q=a%26api_key%3Dsk-in-url&flag"
 # Set by Envoy or sluicegate for every request (Host from the endpoint).
 ALWAYS = {"host", "content-type", "content-length", "x-request-id"}
 
@@ -201,7 +207,7 @@ def test_a_keyed_provider_receives_the_allowlist_and_its_key(setup: Setup) -> No
         expected |= {"x-stainless-lang", "openai-organization", "openai-project"}
     assert set(headers) == expected
     assert headers["authorization"] == f"Bearer {PROVIDER_KEY}"
-    assert path == "/v1/chat/completions?limit=5"
+    assert path == "/v1/chat/completions" + KEPT_QUERY
     for name in ALLOWED.keys() & expected:
         assert headers[name] == ALLOWED[name], name
     if extras:  # the gateway's organization and project, never the client's
@@ -215,5 +221,5 @@ def test_each_provider_of_a_route_receives_its_own_list(setup: Setup) -> None:
     send(setup, "two")
     path, headers = received(setup.b)
     assert set(headers) == ALWAYS | set(ALLOWED) - {"x-stainless-lang"}
-    assert path == "/v1/chat/completions?limit=5"
+    assert path == "/v1/chat/completions" + KEPT_QUERY
     assert CLIENT_KEY not in json.dumps(headers) + path

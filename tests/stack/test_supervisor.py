@@ -96,6 +96,9 @@ async def test_a_child_that_keeps_failing_is_down_with_growing_backoff(tmp_path:
         argv=[sys.executable, "-c", "raise SystemExit(3)"], log_path=child.spec.log_path,
     )  # fmt: skip
     child.spec = failing
+    # It served long before this crash: the first restart starts the backoff afresh, and
+    # the failed restarts after it must still make it grow.
+    child._up_at = (child._up_at or 0.0) - 3_600
     supervisor = Supervisor([child])
     task = asyncio.create_task(supervisor.run())
     try:

@@ -27,7 +27,7 @@ def hcm(case: str) -> hcm_pb2.HttpConnectionManager:
     (listener,) = translate(model_of(case))[LISTENER]
     assert isinstance(listener, listener_pb2.Listener)
     result = hcm_pb2.HttpConnectionManager()
-    assert listener.filter_chains[0].filters[0].typed_config.Unpack(result)
+    assert listener.filter_chains[0].filters[-1].typed_config.Unpack(result)
     return result
 
 

@@ -261,10 +261,11 @@ def test_upstream_failures_get_their_own_codes_before_the_status_mappers() -> No
     # After the JSON pass-through: a drill's abort keeps its status (flag FI).
     assert mappers[1].filter.response_flag_filter.flags == ["FI"]
     assert not mappers[1].HasField("status_code")
-    upstream = mappers[2 : 2 + len(UPSTREAM_ERRORS)]
+    upstream = mappers[2 : 3 + len(UPSTREAM_ERRORS)]  # the overload reply, then these
     codes = [m.body_format_override.json_format["error"]["code"] for m in upstream]
     assert codes == [
-        "ext_proc_unavailable",  # first: an ext_proc failure is no provider's
+        "gateway_overloaded",  # Envoy's overload manager refused it: no provider involved
+        "ext_proc_unavailable",  # an ext_proc failure is no provider's either
         "upstream_timeout", "upstream_idle_timeout", "deadline_exceeded",
         "stream_idle_timeout", "upstream_connect_timeout", "upstream_overflow",
         "no_healthy_upstream", "upstream_connect_error", "upstream_reset",

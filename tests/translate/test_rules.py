@@ -68,7 +68,7 @@ def only(resources: list[Message]) -> Message:
 def hcm_of(listener: Message) -> hcm_pb2.HttpConnectionManager:
     assert isinstance(listener, listener_pb2.Listener)
     hcm = hcm_pb2.HttpConnectionManager()
-    assert listener.filter_chains[0].filters[0].typed_config.Unpack(hcm)
+    assert listener.filter_chains[0].filters[-1].typed_config.Unpack(hcm)
     return hcm
 
 
@@ -123,7 +123,10 @@ def test_use_remote_address_follows_the_role(case: str, remote: bool) -> None:
 def test_connection_manager_timeouts_and_rds() -> None:
     hcm = hcm_of(only(translate(model_of("single_provider"))[LISTENER]))
     assert hcm.stream_idle_timeout.seconds == 300
-    assert hcm.HasField("request_timeout") and hcm.request_timeout.ToSeconds() == 0
+    # limits.request_timeout (60 s) + the queue margin + the ext_proc timeout; the timer
+    # stops once the request is in, so it never cuts a generation (test_client_limits.py).
+    assert hcm.request_timeout.ToSeconds() == 60 + 2 + 5
+    assert hcm.request_headers_timeout.ToSeconds() == 10
     assert hcm.rds.route_config_name == "routes-main"
     assert hcm.rds.config_source.HasField("ads")
     assert [f.name for f in hcm.http_filters] == [

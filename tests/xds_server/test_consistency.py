@@ -60,10 +60,10 @@ def inline_routes_listener(name: str) -> Any:
     """A listener whose HTTP connection manager carries its routes inline (no RDS)."""
     lis = listener(name, "unused")
     manager = hcm_pb2.HttpConnectionManager()
-    lis.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    lis.filter_chains[0].filters[-1].typed_config.Unpack(manager)
     manager.ClearField("rds")
     manager.route_config.CopyFrom(route("inline"))
-    lis.filter_chains[0].filters[0].typed_config.Pack(manager)
+    lis.filter_chains[0].filters[-1].typed_config.Pack(manager)
     return lis
 
 

@@ -50,6 +50,7 @@ from ..responses import (
     request_body_answer,
     request_headers_answer,
     set_header,
+    with_path,
 )
 from ..routing import BODILESS_ANSWER
 from ..routing import on_message as route_only
@@ -203,10 +204,15 @@ class AdmissionStream:
     # ----- request headers ---------------------------------------------------------------
 
     def _on_headers(self, message: Any) -> bytes:
-        refusal = self._table.refuse_headers(message)
-        if refusal is not None:
+        check = self._table.check_headers(message)
+        if check.refusal is not None:
             self._counters.inc(STAGE, outcome.BAD_REQUEST)
-            return self._refuse("bad_request", NO_CLASS, refusal)
+            return self._refuse("bad_request", NO_CLASS, check.refusal)
+        answer = self._headers_answer(message)
+        # A credential in the query string: sent on without it (request_limits.py).
+        return answer if check.path is None else with_path(answer, check.path)
+
+    def _headers_answer(self, message: Any) -> bytes:
         bodiless = message.end_of_stream
         keyring = self._policy.keyring
         if bodiless and keyring is None:

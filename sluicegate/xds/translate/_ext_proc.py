@@ -74,13 +74,17 @@ def _grpc_service(stage: str) -> grpc_service_pb2.GrpcService:
     return grpc_service_pb2.GrpcService(
         envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=cluster),
         initial_metadata=[base_pb2.HeaderValue(key=wire.STAGE_METADATA_KEY, value=stage)],
-        retry_policy=_STREAM_RETRY,
+        retry_policy=_STREAM_RETRY if stage in _RETRIED_STAGES else None,
     )
 
 
 # A stream that cannot reach its ext_proc server (refused, reset before an answer: the
 # server died) is opened again on another one, so a dead replica fails only the requests
-# it was answering. Nothing is retried once the server has answered.
+# it was answering. Nothing is retried once the server has answered. Only the stages that
+# answer at once: with a retry policy Envoy keeps a copy of what it sent (up to 64 KB) for
+# the stream's life, and the observer never answers, so it would keep one per response
+# and could replay a cut copy (counting usage twice); error_body must not hold an answer.
+_RETRIED_STAGES = frozenset({wire.STAGE_ROUTING, wire.STAGE_ATTEMPT})
 _STREAM_RETRY = base_pb2.RetryPolicy(
     retry_on="connect-failure,refused-stream,reset",
     num_retries=wrappers_pb2.UInt32Value(value=2),

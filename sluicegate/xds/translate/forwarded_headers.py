@@ -1,6 +1,6 @@
 """What a provider receives: an allowlist of the client's request headers, its own fixed
-headers, and no credential in the query string (docs/architecture.md, "What a provider
-receives").
+headers (docs/architecture.md, "What a provider receives"). Credentials in the query
+string are removed earlier, by the routing stage (filters/request_limits.py).
 
 The last upstream filter of a route's cluster (clusters.py), run on every attempt after
 the credential injector set the provider's key:
@@ -10,9 +10,7 @@ the credential injector set the provider's key:
    So a client's Cookie, x-goog-api-key or OpenAI-Organization, its
    X-Forwarded-For, and internal headers such as x-sluicegate-provider (which the
    credential injector matched on) and x-envoy-* never leave the gateway;
-2. sets the provider's fixed `headers` (replacing a client's value);
-3. removes QUERY_CREDENTIALS from the query string (Envoy decodes names first, so
-   `api%5Fkey` is removed too; names are case-sensitive, as query strings are).
+2. sets the provider's fixed `headers` (replacing a client's value).
 
 Envoy's header_mutation removes headers by a name matcher only, so "not on the list" is
 written as a union of regular expressions (RE2, matched against the whole lower-case
@@ -69,23 +67,6 @@ CLIENT_HEADERS: Final = (
 # credential injector; the client's own was removed by the first upstream filter) and
 # the body's length (the attempt stage sets it when it rewrites the body).
 KEPT: Final = ("authorization", "content-length")
-# Query parameters that carry credentials somewhere; removed before any provider sees them.
-QUERY_CREDENTIALS: Final = (
-    "access_token",
-    "api-key",
-    "api_key",
-    "apikey",
-    "auth",
-    "auth_token",
-    "authorization",
-    "client_secret",
-    "key",
-    "password",
-    "secret",
-    "token",
-    "x-api-key",
-)
-
 # Estimated RE2 program size a piece may reach (Envoy refuses above 100).
 SIZE_BUDGET: Final = 90
 
@@ -165,12 +146,7 @@ def _removals(
             )
         )
     return header_mutation_pb2.HeaderMutation(
-        mutations=header_mutation_pb2.Mutations(
-            request_mutations=mutations,
-            query_parameter_mutations=[
-                base_pb2.KeyValueMutation(remove=name) for name in QUERY_CREDENTIALS
-            ],
-        )
+        mutations=header_mutation_pb2.Mutations(request_mutations=mutations)
     )
 
 

@@ -34,6 +34,7 @@ from envoy.config.core.v3 import (
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.connection_limit.v3 import connection_limit_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -48,7 +49,7 @@ from sluicegate import wire
 from sluicegate.model import Admission, Gateway, Limits, Listener
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
-from ._proto import duration_s, pack, struct
+from ._proto import duration_ms, duration_s, pack, struct
 from .error_bodies import error_body_filter
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
@@ -56,6 +57,7 @@ from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
 from .usage import usage_access_log, usage_filters
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
+CONNECTION_LIMIT_FILTER = "envoy.filters.network.connection_limit"
 ENVOY_HEADER_PREFIX = "x-envoy-"
 ROUTER_FILTER = "envoy.filters.http.router"
 STREAM_IDLE_TIMEOUT_S = 300
@@ -89,14 +91,44 @@ def _listener(listener: Listener, limits: Limits, admission: Admission) -> liste
         filter_chains=[
             listener_components_pb2.FilterChain(
                 filters=[
+                    _connection_limit(listener, limits),
                     listener_components_pb2.Filter(
                         name=HCM_FILTER,
                         typed_config=pack(_http_connection_manager(listener, limits, admission)),
-                    )
+                    ),
                 ]
             )
         ],
     )
+
+
+def _connection_limit(listener: Listener, limits: Limits) -> listener_components_pb2.Filter:
+    """Open client connections per listener: one more is closed as soon as it is accepted
+    (no HTTP answer: none is possible before a request; counted in Envoy's
+    `connection_limit.<listener>.limited_connections`). A filter rather than the
+    listener's runtime limit because it comes with the listener over LDS, so a reload
+    changes it. A reload that changes the listener builds a new filter chain, whose
+    count starts from its own connections while the old ones drain."""
+    limit = connection_limit_pb2.ConnectionLimit(
+        stat_prefix=listener.name,
+        max_connections=wrappers_pb2.UInt64Value(value=limits.max_connections_per_listener),
+    )
+    return listener_components_pb2.Filter(name=CONNECTION_LIMIT_FILTER, typed_config=pack(limit))
+
+
+def request_timeout_ms(limits: Limits, admission: Admission) -> int:
+    """HCM `request_timeout`: the client's `limits.request_timeout` to send its request,
+    plus the time the routing stage may hold the body (each queue wait and the ext_proc
+    answer), so a request the gateway queues is never cut by it. 0 stays off.
+
+    Envoy disarms this timer once the request is fully decoded (all filters done, the last
+    byte on its way upstream) or the response starts (checked on Envoy 1.40), so it never
+    cuts a long generation; route timeouts own that.
+    """
+    if limits.request_timeout_ms == 0:
+        return 0
+    held_ms = 2 * admission.longest_queue_wait_ms + wire.QUEUE_MARGIN_MS
+    return limits.request_timeout_ms + held_ms + limits.ext_proc_message_timeout_ms
 
 
 def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilter]:
@@ -141,10 +173,12 @@ def _http_connection_manager(
         # A gateway is the edge: trust the peer address, not client-sent XFF. A sidecar
         # sits behind its app and keeps the app's headers.
         use_remote_address=wrappers_pb2.BoolValue(value=listener.role == "gateway"),
-        # LLM streams pause for long (reasoning models); say the 5 min idle limit out loud
-        # and never cap a whole request's time here (route timeouts own that).
+        # LLM streams pause for long (reasoning models); say the 5 min idle limit out loud.
         stream_idle_timeout=duration_s(STREAM_IDLE_TIMEOUT_S),
-        request_timeout=duration_s(0),
+        # Slowloris and slow bodies: a request must arrive in time. Neither timer runs
+        # once the request is in, so neither caps a generation (route timeouts own that).
+        request_headers_timeout=duration_ms(limits.request_headers_timeout_ms),
+        request_timeout=duration_ms(request_timeout_ms(limits, admission)),
         # A client's limits are checked by the routing stage (filters/request_limits.py);
         # Envoy's are higher by what the gateway adds after it (wire.py), so Envoy never
         # fails a valid request for headers the gateway itself added.
@@ -206,7 +240,7 @@ def local_reply_config(limits: Limits) -> hcm_pb2.LocalReplyConfig:
     response code details or flags, each with its own `code` (upstream_errors.py); the
     rest by status.
     """
-    mappers = [_json_passthrough_mapper(), _fault_mapper()]
+    mappers = [_json_passthrough_mapper(), _fault_mapper(), _overload_mapper()]
     mappers.extend(_upstream_error_mapper(error) for error in UPSTREAM_ERRORS)
     for error in LOCAL_REPLY_ERRORS:
         if error.status == 413:
@@ -247,6 +281,26 @@ def _fault_mapper() -> hcm_pb2.ResponseMapper:
             "server_error",
             "fault_injected",
         ),
+    )
+
+
+def _overload_mapper() -> hcm_pb2.ResponseMapper:
+    """Envoy's overload manager shed the request (flag OM: heap near its budget): a 503
+    that says so, with Retry-After, instead of the generic server error."""
+    return hcm_pb2.ResponseMapper(
+        filter=accesslog_pb2.AccessLogFilter(
+            response_flag_filter=accesslog_pb2.ResponseFlagFilter(flags=["OM"])
+        ),
+        status_code=wrappers_pb2.UInt32Value(value=503),
+        body_format_override=_error_format(
+            "The gateway is overloaded; retry later", "server_error", "gateway_overloaded"
+        ),
+        headers_to_add=[
+            base_pb2.HeaderValueOption(
+                header=base_pb2.HeaderValue(key="retry-after", value="1"),
+                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+            )
+        ],
     )
 
 

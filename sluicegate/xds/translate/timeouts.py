@@ -49,9 +49,10 @@ def apply_route_timeouts(action: rc.RouteAction, route: Route) -> None:
 
 def until_headers_ms(route: Route, *, streamed: bool) -> int:
     """The per-attempt wait for the response headers (0: none): `first_token` for a
-    streamed request, `first_byte` otherwise."""
+    streamed request (`stream_first_token`: 15 s or `first_byte` when unset), `first_byte`
+    otherwise."""
     timeouts = route.settings.timeouts
-    return timeouts.first_token if streamed else timeouts.first_byte
+    return timeouts.stream_first_token if streamed else timeouts.first_byte
 
 
 def apply_attempt_timeouts(policy: rc.RetryPolicy, route: Route, *, streamed: bool) -> None:
