@@ -24,6 +24,7 @@ otherwise a composite matched on x-sluicegate-provider runs each provider's own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -172,6 +173,13 @@ def removal_matchers(allowed: Iterable[str]) -> list[string_pb2.StringMatcher]:
 
 def removal_regexes(allowed: Iterable[str]) -> list[str]:
     """The regexes of `removal_matchers`: pieces packed into alternations under the budget."""
+    return list(_removal_regexes(tuple(sorted(set(allowed)))))
+
+
+# A few distinct lists serve every cluster (most providers share the default): building one
+# costs ~2.6 ms, so each is built once per process, not once per route and reload.
+@functools.lru_cache(maxsize=256)
+def _removal_regexes(allowed: tuple[str, ...]) -> tuple[str, ...]:
     pieces = _pieces(_trie(allowed))
     packed: list[Piece] = []
     for piece in pieces:
@@ -180,7 +188,7 @@ def removal_regexes(allowed: Iterable[str]) -> list[str]:
             packed[-1] = Piece(f"{last.regex}|{piece.regex}", last.size + piece.size)
         else:
             packed.append(piece)
-    return [piece.regex for piece in packed]
+    return tuple(piece.regex for piece in packed)
 
 
 # Trie keys besides single characters: the path so far is an allowed name; every name
