@@ -12,9 +12,6 @@ an error answer that does costs one buffered round trip (errors are small).
 
 from __future__ import annotations
 
-from envoy.config.core.v3 import extension_pb2
-from envoy.extensions.common.matching.v3 import extension_matcher_pb2
-from envoy.extensions.filters.common.matcher.action.v3 import skip_action_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -26,11 +23,10 @@ from sluicegate import wire
 from sluicegate.model import Limits
 
 from ._ext_proc import error_body_config
-from ._proto import pack
+from ._proto import filter_with_matcher, pack, skip_filter
 
 ERROR_BODY_FILTER = "sluicegate.error_body"
 RESPONSE_HEADER_INPUT = "envoy.matching.inputs.response_headers"
-SKIP_FILTER_ACTION = "envoy.filters.common.matcher.action.skip_filter"
 # Statuses that are not errors: the filter is skipped for them.
 NOT_AN_ERROR_STATUS = r"[123][0-9][0-9]"
 
@@ -65,22 +61,12 @@ def error_body_filter(limits: Limits) -> hcm_pb2.HttpFilter:
                 ]
             )
         ),
-        on_match=matcher_pb2.Matcher.OnMatch(
-            action=xds_extension_pb2.TypedExtensionConfig(
-                name=SKIP_FILTER_ACTION, typed_config=pack(skip_action_pb2.SkipFilter())
-            )
-        ),
+        on_match=skip_filter(),
     )
-    return hcm_pb2.HttpFilter(
-        name=ERROR_BODY_FILTER,
-        typed_config=pack(
-            extension_matcher_pb2.ExtensionWithMatcher(
-                xds_matcher=matcher_pb2.Matcher(
-                    matcher_list=matcher_pb2.Matcher.MatcherList(matchers=[skip_unless_wrapped])
-                ),
-                extension_config=extension_pb2.TypedExtensionConfig(
-                    name=ERROR_BODY_FILTER, typed_config=pack(error_body_config(limits))
-                ),
-            )
+    return filter_with_matcher(
+        ERROR_BODY_FILTER,
+        pack(error_body_config(limits)),
+        matcher_pb2.Matcher(
+            matcher_list=matcher_pb2.Matcher.MatcherList(matchers=[skip_unless_wrapped])
         ),
     )

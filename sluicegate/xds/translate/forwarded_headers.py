@@ -31,21 +31,15 @@ from typing import Final
 
 from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
 from envoy.config.core.v3 import base_pb2, extension_pb2
-from envoy.extensions.common.matching.v3 import extension_matcher_pb2
-from envoy.extensions.filters.http.composite.v3 import composite_pb2
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
-from xds.core.v3 import extension_pb2 as xds_extension_pb2
-from xds.type.matcher.v3 import matcher_pb2
 
-from sluicegate import wire
 from sluicegate.model import Provider, Route
 
-from ._proto import pack, request_header_tree
-from .secrets import COMPOSITE_FILTER
+from ._proto import execute_filter, pack, per_provider_filter
 
 # Stats appear as cluster.<name>.… under this name.
 FORWARDED_HEADERS_FILTER = "sluicegate.forwarded_headers"
@@ -90,37 +84,20 @@ def forwarded_headers_filter(route: Route) -> hcm_pb2.HttpFilter:
         return hcm_pb2.HttpFilter(
             name=FORWARDED_HEADERS_FILTER, typed_config=pack(_mutation(providers[0]))
         )
-    tree = request_header_tree(wire.PROVIDER_HEADER)
-    for provider in providers:
-        tree.exact_match_map.map[provider.name].CopyFrom(_run(provider.name, _mutation(provider)))
+    runs = {p.name: (f"forward-{p.name}", _mutation_filter(_mutation(p))) for p in providers}
     # Unreachable while header_mutation sets the provider header on every attempt; were
-    # it ever missing, the built-in list applies and nothing is set.
-    fallback = _run("default", _removals(sorted({*CLIENT_HEADERS, *KEPT}), ()))
-    return hcm_pb2.HttpFilter(
-        name=FORWARDED_HEADERS_FILTER,
-        typed_config=pack(
-            extension_matcher_pb2.ExtensionWithMatcher(
-                xds_matcher=matcher_pb2.Matcher(matcher_tree=tree, on_no_match=fallback),
-                extension_config=extension_pb2.TypedExtensionConfig(
-                    name=COMPOSITE_FILTER, typed_config=pack(composite_pb2.Composite())
-                ),
-            )
-        ),
+    # it ever missing, the built-in list still applies (a safeguard: never forward all).
+    default = _mutation_filter(_removals(sorted({*CLIENT_HEADERS, *KEPT}), ()))
+    return per_provider_filter(
+        FORWARDED_HEADERS_FILTER, runs, execute_filter("forward-default", default)
     )
 
 
-def _run(name: str, mutation: header_mutation_pb2.HeaderMutation) -> matcher_pb2.Matcher.OnMatch:
-    return matcher_pb2.Matcher.OnMatch(
-        action=xds_extension_pb2.TypedExtensionConfig(
-            name=f"forward-{name}",
-            typed_config=pack(
-                composite_pb2.ExecuteFilterAction(
-                    typed_config=extension_pb2.TypedExtensionConfig(
-                        name=HEADER_MUTATION_FILTER, typed_config=pack(mutation)
-                    )
-                )
-            ),
-        )
+def _mutation_filter(
+    mutation: header_mutation_pb2.HeaderMutation,
+) -> extension_pb2.TypedExtensionConfig:
+    return extension_pb2.TypedExtensionConfig(
+        name=HEADER_MUTATION_FILTER, typed_config=pack(mutation)
     )
 
 

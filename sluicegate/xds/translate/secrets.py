@@ -26,26 +26,21 @@ fed from endpoint metadata) in benchmarks/RESULTS.md, "Upstream credentials".
 from __future__ import annotations
 
 from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2
-from envoy.extensions.common.matching.v3 import extension_matcher_pb2
-from envoy.extensions.filters.http.composite.v3 import composite_pb2
 from envoy.extensions.filters.http.credential_injector.v3 import credential_injector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.extensions.http.injected_credentials.generic.v3 import generic_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
-from xds.core.v3 import extension_pb2 as xds_extension_pb2
-from xds.type.matcher.v3 import matcher_pb2
 
 from sluicegate import wire
 from sluicegate.model import Gateway, Provider, Route
 
-from ._proto import pack, request_header_tree
+from ._proto import pack, per_provider_filter
 
 # The upstream filter name (stats appear as cluster.<name>.composite.* and
 # cluster.<name>.credential_injector.*).
 CREDENTIALS_FILTER = "sluicegate.credentials"
-COMPOSITE_FILTER = "envoy.filters.http.composite"
 CREDENTIAL_INJECTOR_FILTER = "envoy.filters.http.credential_injector"
 GENERIC_CREDENTIAL = "envoy.http.injected_credentials.generic"
 
@@ -84,32 +79,9 @@ def credential_filters(route: Route) -> list[hcm_pb2.HttpFilter]:
     )
     if not keyed:
         return []
-    tree = request_header_tree(wire.PROVIDER_HEADER)
-    for provider in keyed:
-        tree.exact_match_map.map[provider.name].CopyFrom(
-            matcher_pb2.Matcher.OnMatch(
-                action=xds_extension_pb2.TypedExtensionConfig(
-                    name=secret_name(provider),
-                    typed_config=pack(
-                        composite_pb2.ExecuteFilterAction(typed_config=_injector(provider))
-                    ),
-                )
-            )
-        )
+    runs = {provider.name: (secret_name(provider), _injector(provider)) for provider in keyed}
     # No match (a keyless provider): no action, so no Authorization is added.
-    return [
-        hcm_pb2.HttpFilter(
-            name=CREDENTIALS_FILTER,
-            typed_config=pack(
-                extension_matcher_pb2.ExtensionWithMatcher(
-                    xds_matcher=matcher_pb2.Matcher(matcher_tree=tree),
-                    extension_config=extension_pb2.TypedExtensionConfig(
-                        name=COMPOSITE_FILTER, typed_config=pack(composite_pb2.Composite())
-                    ),
-                )
-            ),
-        )
-    ]
+    return [per_provider_filter(CREDENTIALS_FILTER, runs)]
 
 
 def _injector(provider: Provider) -> extension_pb2.TypedExtensionConfig:

@@ -26,30 +26,26 @@ Routes strip the header before a provider sees it.
 from __future__ import annotations
 
 from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2, grpc_service_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2
 from envoy.extensions.access_loggers.grpc.v3 import als_pb2
-from envoy.extensions.common.matching.v3 import extension_matcher_pb2
-from envoy.extensions.filters.common.matcher.action.v3 import skip_action_pb2
 from envoy.extensions.filters.http.json_to_metadata.v3 import json_to_metadata_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.type.matcher.v3 import metadata_pb2, regex_pb2, string_pb2, value_pb2
 from google.protobuf import any_pb2, wrappers_pb2
-from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2
 
 from sluicegate import wire
 from sluicegate.model import Limits
 
 from ._ext_proc import usage_observer_config
-from ._proto import duration_ms, pack, request_header_tree
+from ._proto import duration_ms, filter_with_matcher, pack, request_header_tree, skip_filter
 
 # A second ext_proc instance needs its own filter name (the extension is chosen by type).
 USAGE_FILTER = "sluicegate.usage_observer"
 JSON_TO_METADATA_FILTER = "envoy.filters.http.json_to_metadata"
 GRPC_ACCESS_LOG = "envoy.access_loggers.http_grpc"
-SKIP_FILTER_ACTION = "envoy.filters.common.matcher.action.skip_filter"
 # How long Envoy may hold finished requests' entries before sending them: a JSON answer's
 # reservation is reconciled at most this long after its response ended.
 LOG_FLUSH_MS = 100
@@ -72,23 +68,9 @@ def _skipped_for(name: str, config: any_pb2.Any, values: tuple[str, ...]) -> hcm
     """The filter `name`, skipped for a request whose wire.USAGE_HEADER is one of `values`."""
     tree = request_header_tree(wire.USAGE_HEADER)
     for value in values:
-        tree.exact_match_map.map[value].CopyFrom(
-            matcher_pb2.Matcher.OnMatch(
-                action=xds_extension_pb2.TypedExtensionConfig(
-                    name=SKIP_FILTER_ACTION, typed_config=pack(skip_action_pb2.SkipFilter())
-                )
-            )
-        )
+        tree.exact_match_map.map[value].CopyFrom(skip_filter())
     # No match (another value, or none): no action, so the filter runs.
-    return hcm_pb2.HttpFilter(
-        name=name,
-        typed_config=pack(
-            extension_matcher_pb2.ExtensionWithMatcher(
-                xds_matcher=matcher_pb2.Matcher(matcher_tree=tree),
-                extension_config=extension_pb2.TypedExtensionConfig(name=name, typed_config=config),
-            )
-        ),
-    )
+    return filter_with_matcher(name, config, matcher_pb2.Matcher(matcher_tree=tree))
 
 
 def _usage_to_metadata() -> any_pb2.Any:
