@@ -11,7 +11,9 @@ Two real stacks, each `sluicegate up` with one Envoy worker on the quickstart (i
 mock providers, on free ports) plus one ext_proc replica, the tenant's request limit
 lifted so that only faults fail requests:
 
-- memory store: kill -9 the ext_proc replica, then the mock provider `alpha`;
+- memory store: kill -9 the ext_proc replica, the main ext_proc server, the control
+  plane, the mock provider `alpha`, then `up` itself (a new `up` on the same work
+  directory adopts its children: back is when its `/status` shows every process up);
 - Redis store (`admission.store.kind: redis`, `on_failure: local`, a redis-server this
   script runs): kill -9 Redis, which this script starts again on the same port at once
   (Redis is not a child of `up`; its own supervisor would).
@@ -22,8 +24,7 @@ comes after 3 s of load and the load goes on until 8 s after it. Every request's
 is sorted by when it started: before the kill and still in flight, within 2 s after it,
 or later (the aim: none of those fails). "Back" is when `/status` shows the process up
 again with a new pid (Redis: when it answers PING again). "Defunct" counts unreaped
-children of `up` after each round. Not covered: the `up` process itself (xDS, the main
-ext_proc and /status live in it).
+children of `up` after each round.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def one_kill(stack: UpStack, what: str, fault: Kill, clients: int) -> tuple[Verd
         back_after = time.monotonic() - killed_at if came_back else None
         wait_until(lambda: time.monotonic() >= killed_at + AFTER_S, AFTER_S + 1)
     verdict = judge(what, load.since(0), killed_at, back_after)
-    defunct = defunct_children(stack.process.pid)
+    defunct = defunct_children(stack.process.pid) if stack.process.poll() is None else 0
     print(verdict, f"defunct={defunct}", flush=True)
     return verdict, defunct
 
@@ -129,6 +130,32 @@ def kill_child(stack: UpStack, kind: str, name: str) -> Kill:
     return kill, back
 
 
+class UpKill:
+    """kill -9 `up` itself, then start another `up` on the same config and work
+    directory, which adopts the children; back when its /status shows all of them up."""
+
+    def __init__(self, stack: UpStack, round_index: int) -> None:
+        self.old = stack
+        self.new: UpStack | None = None
+        self.round = round_index
+
+    def kill(self) -> float:
+        self.old.process.kill()
+        killed_at = time.monotonic()
+        self.old.process.wait()
+        self.new = UpStack(self.old.dir, config=self.old.path, log_name=f"up-{self.round}.log")
+        return killed_at
+
+    def back(self) -> bool:
+        if self.new is None:
+            return False
+        try:
+            processes = status(self.new)["processes"]
+        except OSError:
+            return False
+        return all(p["state"] == "up" for p in processes)
+
+
 def run_stack(
     work: Path, redis_server: RedisServer | None, clients: int, rounds: int
 ) -> list[tuple[Verdict, int]]:
@@ -137,14 +164,21 @@ def run_stack(
     found: list[tuple[Verdict, int]] = []
     try:
         stack.wait_serving(MODEL, probe_headers(KEY))
-        for _ in range(rounds):
+        for index in range(rounds):
             if redis_server is None:
                 (replica,) = doc["sluicegate"]["ext_proc_replicas"]
                 for kind, name, label in (
                     ("ext_proc_replica", replica, "an ext_proc replica"),
+                    ("ext_proc", "main", "the main ext_proc server"),
+                    ("control_plane", "xds", "the control plane"),
                     ("mock_provider", "alpha", "a mock provider (alpha)"),
                 ):
                     found.append(one_kill(stack, label, kill_child(stack, kind, name), clients))
+                up_kill = UpKill(stack, index + 2)
+                found.append(one_kill(stack, "`up` (adopted by a new `up`)",
+                                      (up_kill.kill, up_kill.back), clients))  # fmt: skip
+                assert up_kill.new is not None
+                stack = up_kill.new
             else:
                 what = "Redis (restarted by its supervisor at once)"
                 found.append(one_kill(stack, what, _kill_redis(redis_server), clients))

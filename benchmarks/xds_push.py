@@ -7,8 +7,8 @@ Not collected by pytest. Run from the repository root (venv active):
     python -m benchmarks.xds_push --quick    # N <= 100, prints only (add --write to record)
 
 Options: --sizes 10,1000, --reps K, --skip-push, --skip-streams, --json FILE
-(every sample), --profile-dir DIR (cProfile of `up` and of the stream-holding
-control plane), --keep-logs, --ads-mode delta (Envoy on delta ADS).
+(every sample), --profile-dir DIR (cProfile of the stream-holding control plane
+of part 2), --keep-logs, --ads-mode delta (Envoy on delta ADS).
 
 1. Push latency. For N routes (10, 100, 1,000; one model each, backends on two
    mock providers that `up` starts), `sluicegate up FILE --envoy-concurrency 1`
@@ -69,7 +69,7 @@ import yaml
 from benchmarks.harness.cli import benchmark_parser, command_line
 from benchmarks.harness.processes import stop_tree
 from benchmarks.harness.results import machine, today, update_section
-from benchmarks.harness.stack import SLUICEGATE, Ports, UpStack
+from benchmarks.harness.stack import Ports, UpStack
 from benchmarks.harness.stats import median
 from sluicegate.process import die_with_parent
 from sluicegate.testing import cpu_seconds, rss_bytes
@@ -227,22 +227,21 @@ class PushRun:
     n: int
     start_s: float  # process start → gateway serving the N routes
     changes: list[Change]
-    up_rss: int  # `up` process RSS at the end
+    control_plane_rss: int  # the control plane process's RSS at the end
     left_running: list[int]
     yaml_parse: list[tuple[float, float]]
 
 
 class Gateway(UpStack):
-    """A running `sluicegate up` on free ports (under cProfile with `profile`)."""
+    """A running `sluicegate up` on free ports."""
 
-    def __init__(self, work: Path, doc: dict[str, Any], ads_mode: str,
-                 profile: Path | None = None) -> None:  # fmt: skip
-        launcher: Sequence[str] = SLUICEGATE
-        if profile is not None:
-            launcher = [sys.executable, "-m", "benchmarks.xds_push", "--role", "up",
-                        "--profile", str(profile), "--"]  # fmt: skip
-        super().__init__(work, doc, extra=["--ads-mode", ads_mode], launcher=launcher)
+    def __init__(self, work: Path, doc: dict[str, Any], ads_mode: str) -> None:
+        super().__init__(work, doc, extra=["--ads-mode", ads_mode])
         self.status_url = self.http + "/status"
+
+    def control_plane_pid(self) -> int:
+        (found,) = [p["pid"] for p in self.status()["processes"] if p["kind"] == "control_plane"]
+        return int(found)
 
     def status(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.status_url, timeout=5) as response:
@@ -422,7 +421,7 @@ def measure_change(gateway: Gateway, kind: str, doc: dict[str, Any], model: str,
     )
 
 
-def start_gateway(n: int, work: Path, ads_mode: str, profile: Path | None,
+def start_gateway(n: int, work: Path, ads_mode: str,
                   attempts: int = 3) -> tuple[Gateway, Ports, float]:  # fmt: skip
     """Start `up` with N routes on free ports and wait until it serves the last model.
     Retried on new ports when one of them was taken in the meantime (a port that was
@@ -431,7 +430,7 @@ def start_gateway(n: int, work: Path, ads_mode: str, profile: Path | None,
         ports = Ports.pick(PROVIDERS)
         run_dir = work / f"attempt-{attempt}"
         run_dir.mkdir()
-        gateway = Gateway(run_dir, gateway_doc(n, ports), ads_mode, profile)
+        gateway = Gateway(run_dir, gateway_doc(n, ports), ads_mode)
         started = time.monotonic()
         try:
             gateway.wait_model(f"m-{n - 1:04d}", START_TIMEOUT_S)
@@ -444,16 +443,11 @@ def start_gateway(n: int, work: Path, ads_mode: str, profile: Path | None,
     raise AssertionError("unreachable")
 
 
-def push_latency(n: int, reps: int, work: Path, ads_mode: str,
-                 profile_dir: Path | None = None) -> PushRun:  # fmt: skip
-    profile = None
-    if profile_dir is not None:
-        profile_dir.mkdir(parents=True, exist_ok=True)
-        profile = profile_dir / f"up-{n}.prof"
-    gateway, ports, start_s = start_gateway(n, work, ads_mode, profile)
+def push_latency(n: int, reps: int, work: Path, ads_mode: str) -> PushRun:
+    gateway, ports, start_s = start_gateway(n, work, ads_mode)
     changes: list[Change] = []
     left: list[int] = []
-    up_rss = 0
+    control_plane_rss = 0
     parse: list[tuple[float, float]] = []
     try:
         before = run_pipeline(gateway.path)
@@ -473,10 +467,10 @@ def push_latency(n: int, reps: int, work: Path, ads_mode: str,
                 raise RuntimeError(f"probe-{k} never served:\n{gateway.log_tail()}")
             time.sleep(0.3)
         parse = [yaml_parse_seconds(dump(gateway_doc(n, ports))) for _ in range(3)]
-        up_rss = rss_bytes(gateway.process.pid)
+        control_plane_rss = rss_bytes(gateway.control_plane_pid())
     finally:
         left = gateway.stop()
-    return PushRun(n, start_s, changes, up_rss, left, parse)
+    return PushRun(n, start_s, changes, control_plane_rss, left, parse)
 
 
 # ----- part 2: one control plane, many ADS streams ------------------------------------------
@@ -794,15 +788,6 @@ async def _clients(target: str, count: int, prefix: str, delta: bool) -> None:
 def _run_helper(args: argparse.Namespace) -> None:
     import uvloop  # what `sluicegate up` runs on
 
-    if args.role == "up":  # `sluicegate up` under cProfile (--profile-dir)
-        from sluicegate.cli import main as sluicegate_main
-
-        profiler = cProfile.Profile()
-        try:
-            code = profiler.runcall(sluicegate_main, args.up_args)
-        finally:
-            profiler.dump_stats(args.profile)
-        sys.exit(code)
     if args.role == "control-plane":
         uvloop.run(_control_plane(args.routes, args.profile))
     else:
@@ -900,14 +885,14 @@ def breakdown_table(runs: Sequence[PushRun]) -> list[str]:
 
 def startup_table(runs: Sequence[PushRun]) -> list[str]:
     lines = [
-        "| routes | `up` start → serving (s) | `up` RSS (MB) | YAML parse: sluicegate parse_yaml"
-        " / bare CSafeLoader (ms) |",
+        "| routes | `up` start → serving (s) | control plane RSS (MB) | YAML parse: sluicegate "
+        "parse_yaml / bare CSafeLoader (ms) |",
         "|---:|---:|---:|---:|",
     ]
     for run in runs:
         py = median([p for p, _ in run.yaml_parse])
         c = median([q for _, q in run.yaml_parse])
-        lines.append(f"| {run.n} | {run.start_s:.1f} | {_mb(run.up_rss)} | "
+        lines.append(f"| {run.n} | {run.start_s:.1f} | {_mb(run.control_plane_rss)} | "
                      f"{_ms(py)} / {_ms(c)} |")  # fmt: skip
     return lines
 
@@ -965,14 +950,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile-dir",
         type=Path,
-        help="cProfile `up` (part 1, whole run) and the control plane of part 2 "
-        "(the push only); .prof files go here",
+        help="cProfile the control plane of part 2 (the push only); .prof files go here",
     )
     # helper processes of part 2
     parser.add_argument(
-        "--role", choices=["up", "control-plane", "clients"], help=argparse.SUPPRESS
+        "--role", choices=["control-plane", "clients"], help=argparse.SUPPRESS
     )
-    parser.add_argument("up_args", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--routes", type=int, default=100, help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -1002,7 +985,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"push latency: {n} routes, {reps} changes per kind ...", flush=True)
                 run_dir = work / f"push-{n}"
                 run_dir.mkdir()
-                push_runs.append(push_latency(n, reps, run_dir, args.ads_mode, args.profile_dir))
+                push_runs.append(push_latency(n, reps, run_dir, args.ads_mode))
             print("\n".join(["", *push_table(push_runs), "", *breakdown_table(push_runs), "",
                              *startup_table(push_runs)]))  # fmt: skip
         if not args.skip_streams:

@@ -1,5 +1,5 @@
-"""The `sluicegate` command: up | ext-proc | validate | bootstrap | mock-provider | status |
-drain | hash-key."""
+"""The `sluicegate` command: up | control-plane | ext-proc | validate | bootstrap |
+mock-provider | status | drain | hash-key."""
 
 from __future__ import annotations
 
@@ -57,7 +57,20 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_ext_proc(args: argparse.Namespace) -> int:
     from sluicegate.stack.replica import run_ext_proc
 
-    return _run_async(run_ext_proc(Path(args.config), args.address, None, args.metrics))
+    return _run_async(run_ext_proc(Path(args.config), args.address, None, args.http))
+
+
+def _cmd_control_plane(args: argparse.Namespace) -> int:
+    from sluicegate.stack.control_plane_server import run_control_plane
+
+    return _run_async(
+        run_control_plane(
+            Path(args.config),
+            xds_address=args.xds,
+            http_address=args.http,
+            drained_file=Path(args.drained_file) if args.drained_file else None,
+        )
+    )
 
 
 def _cmd_bootstrap(args: argparse.Namespace) -> int:
@@ -185,8 +198,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replica.add_argument("config", help="the same YAML file the control plane reads")
     replica.add_argument("--address", default="127.0.0.1:18001", help="listen on HOST:PORT")
-    replica.add_argument("--metrics", help="serve its /metrics on HOST:PORT (default: none)")
+    replica.add_argument(
+        "--http",
+        "--metrics",
+        help="serve its /metrics and /status on HOST:PORT or unix:/path (default: none)",
+    )
     replica.set_defaults(func=_cmd_ext_proc)
+
+    plane = sub.add_parser(
+        "control-plane",
+        help="run the control plane alone: xDS for Envoy, /status, /metrics, /drain",
+    )
+    plane.add_argument("config", help="the YAML file, e.g. examples/quickstart.yaml")
+    plane.add_argument("--xds", help="serve ADS on HOST:PORT (default: the file's sluicegate.xds)")
+    plane.add_argument(
+        "--http", help="serve its endpoint on HOST:PORT or unix:/path (default: sluicegate.http)"
+    )
+    plane.add_argument(
+        "--drained-file",
+        help="keep live drains in this file, so a restarted control plane keeps them",
+    )
+    plane.set_defaults(func=_cmd_control_plane)
 
     validate = sub.add_parser("validate", help="check config files; exit 1 on any error")
     validate.add_argument("files", nargs="+")

@@ -152,24 +152,30 @@ class UpStack:
         raise RuntimeError(f"{self.name} never served {model} ({last}):\n{self.log_tail()}")
 
     def pids(self) -> dict[str, list[int]]:
-        """The stack's processes by role: up (ext_proc + control plane), envoy, mock, replica."""
+        """The stack's processes by role: up (`up` itself, the control plane and the main
+        ext_proc server: counted together, as when they were one process), replica,
+        envoy, mock."""
         found: dict[str, list[int]] = {
             "up": [self.process.pid],
             "envoy": [],
             "mock": [],
             "replica": [],
         }
+        main_ext_proc = self.doc.get("sluicegate", {}).get("ext_proc", "127.0.0.1:18001")
         for pid in children_of(self.process.pid):
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            text = b" ".join(cmdline)
-            if b"sluicegate.provider" in text or b"mock-provider" in text:
+            words = [part.decode(errors="replace") for part in cmdline]
+            if "sluicegate.provider" in words or "mock-provider" in words:
                 found["mock"].append(pid)
-            elif b"ext-proc" in text:
-                found["replica"].append(pid)
-            elif any(Path(part.decode(errors="replace")).name == "envoy" for part in cmdline):
+            elif "control-plane" in words:
+                found["up"].append(pid)
+            elif "ext-proc" in words:
+                main = words[words.index("--address") + 1] == main_ext_proc
+                found["up" if main else "replica"].append(pid)
+            elif any(Path(word).name == "envoy" for word in words):
                 found["envoy"].append(pid)
         return found
 

@@ -11,11 +11,17 @@ Keys go to Envoy only as SDS secrets (`sluicegate-key-<provider>`); a rotated
 key changes only its secret, which Envoy swaps in place (no cluster re-warms,
 streams in flight continue). `watched_paths` lists the config file and the key
 files of the last good config, so editing either reloads.
+
+Live drains (`sluicegate drain`) are kept in `drained_file` when one is given (`up`
+gives its work directory's `drained.json`), so a restarted control plane publishes
+the same snapshot, with the same versions, and a reconnecting Envoy is sent nothing.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -53,6 +59,7 @@ class ControlPlane:
         path: Path,
         cache: SnapshotCache,
         on_model: Callable[[Gateway], None] = lambda gateway: None,
+        drained_file: Path | None = None,
     ) -> None:
         self.path = path
         self.cache = cache
@@ -66,7 +73,8 @@ class ControlPlane:
         self.reloads_failed = 0
         self.keys: dict[str, str | None] = {}
         # Providers drained live by `sluicegate drain` (the file's `drain: true` adds to these).
-        self.drained: set[str] = set()
+        self.drained_file = drained_file
+        self.drained: set[str] = _read_drained(drained_file)
         # Per-route resources of the last push, reused for routes a reload left alone.
         self._memo = RouteMemo()
 
@@ -110,6 +118,8 @@ class ControlPlane:
         if not outcome.ok:
             self.drained = before  # not published, so not in force
             return outcome
+        if self.drained_file is not None:
+            _write_drained(self.drained_file, self.drained)
         log.info("provider %s %s", provider, "drained" if drained else "back in rotation")
         return outcome
 
@@ -151,3 +161,24 @@ def _changed_types(old: Snapshot | None, new: Snapshot) -> list[str]:
     if old is None:
         return sorted(new.type_urls())
     return sorted(t for t in new.type_urls() | old.type_urls() if old.version(t) != new.version(t))
+
+
+def _read_drained(path: Path | None) -> set[str]:
+    """The providers a previous run of the control plane drained live (none if unknown)."""
+    if path is None:
+        return set()
+    try:
+        names = json.loads(path.read_text())
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError) as err:
+        log.error("ignoring %s: %s", path, err)
+        return set()
+    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
+
+
+def _write_drained(path: Path, drained: set[str]) -> None:
+    """Replace the file whole (write, then rename), so a crash never leaves half of it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(sorted(drained)))
+    os.replace(partial, path)

@@ -20,10 +20,11 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from sluicegate.config import ConfigError, load_config, split_host_port
+from sluicegate.config import ConfigError, load_config
 from sluicegate.filters import ExtProcServer
 from sluicegate.model import build_model
 from sluicegate.stack.heap import settle_heap
+from sluicegate.stack.http_site import serve_app
 from sluicegate.stack.rejection import log_rejection
 from sluicegate.stack.supervisor import Child, ChildSpec, start_children, stop_children
 from sluicegate.stack.watcher import watch_file
@@ -43,27 +44,28 @@ def load_into(server: ExtProcServer, path: Path) -> bool:
     return True
 
 
-async def _serve_metrics(server: ExtProcServer, address: str) -> web.AppRunner:
-    """This replica's admission metrics on http://address/metrics (Prometheus)."""
+async def _serve_http(server: ExtProcServer, address: str) -> web.AppRunner:
+    """This server's admission metrics on /metrics (Prometheus) and its gates, queues
+    and limiter store on /status (JSON), at `host:port` or `unix:/path`."""
     registry = server.admission.metrics.registry
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), content_type="text/plain")
 
+    async def status(_: web.Request) -> web.Response:
+        return web.json_response({"admission": server.admission.status()})
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    host, port = split_host_port(address)
-    await web.TCPSite(runner, host, port).start()
-    return runner
+    app.router.add_get("/status", status)
+    return await serve_app(app, address)
 
 
 async def run_ext_proc(
     path: Path,
     address: str,
     stop_event: asyncio.Event | None = None,
-    metrics_address: str | None = None,
+    http_address: str | None = None,
 ) -> int:
     """Serve ext_proc on `address` until stopped (SIGINT/SIGTERM); returns an exit code."""
     path = path.resolve()
@@ -77,7 +79,7 @@ async def run_ext_proc(
             loop.add_signal_handler(sig, stop_event.set)
     bound = await server.start(address)
     log.info("ext_proc replica serving on %s", bound)
-    runner = None if metrics_address is None else await _serve_metrics(server, metrics_address)
+    runner = None if http_address is None else await _serve_http(server, http_address)
     watcher = asyncio.create_task(watch_file(path, lambda: load_into(server, path)))
     settle_heap()
     try:

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sluicegate.stack.control_plane import ControlPlane
+from sluicegate.stack.http_site import serve_app, status_endpoint
 
 
 class ControlPlaneCollector(Collector):
@@ -103,23 +104,14 @@ def make_app(
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok" if cp.config is not None else "no config", status=200)
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/status", status)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_post("/drain/{provider}", drain)
-    app.router.add_delete("/drain/{provider}", drain)
-    return app
+    return status_endpoint(status=status, metrics=metrics, healthz=healthz, drain=drain)
 
 
 async def start_status_http(
     cp: ControlPlane,
-    host: str,
-    port: int,
+    address: str,
     registries: Sequence[CollectorRegistry] = (),
     extra_status: Callable[[], dict[str, Any]] | None = None,
 ) -> web.AppRunner:
-    runner = web.AppRunner(make_app(cp, registries, extra_status), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+    """Serve the control plane's endpoint on `host:port` or `unix:/path`."""
+    return await serve_app(make_app(cp, registries, extra_status), address)

@@ -1,7 +1,8 @@
 """Keeps the child processes `up` started running, and says how each is doing.
 
 A child that exits (a crash, `kill -9`, an OOM kill) is reaped at once (so nothing is
-left <defunct>), logged with its exit status, and started again after a backoff:
+left <defunct>), logged with its exit status (unknown for one adopted from an earlier
+`up`, stack/adoption.py), and started again after a backoff:
 0.1 s for the first restart, doubling for each further crash in a row up to 10 s, back
 to 0.1 s once a child has served 30 s. It counts as up again when its port accepts a
 connection. `/status` lists every child (`Supervisor.status`) and `sluicegate status`
@@ -14,17 +15,16 @@ request's path for it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from sluicegate.config import split_host_port
-from sluicegate.stack.children import spawn, stop, wait_listening
+from sluicegate.stack.adoption import AdoptedProcess, Recorded, adopt
+from sluicegate.stack.children import ProcessHandle, accepts, spawn, stop, wait_listening
 
 log = logging.getLogger("sluicegate.up")
 
@@ -39,13 +39,14 @@ _START_TIMEOUT_S: Final = 30.0
 @dataclass(frozen=True)
 class ChildSpec:
     """How to start one child: `kind` and `name` say what it is (for logs and /status),
-    `address` where it listens. `env` may carry a secret: it is never shown."""
+    `address` where it listens, `log_path` where its output goes (None: to `up`'s own).
+    `env` may carry a secret: it is never shown."""
 
     kind: str
     name: str
     address: str
     argv: Sequence[str]
-    log_path: Path
+    log_path: Path | None
     env: Mapping[str, str] | None = field(default=None, repr=False)
 
 
@@ -54,7 +55,7 @@ class Child:
 
     def __init__(self, spec: ChildSpec) -> None:
         self.spec = spec
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ProcessHandle | None = None
         self.state: State = "down"
         self.restarts = 0
         self.crashes_in_row = 0
@@ -81,12 +82,21 @@ class Child:
         self.process = spawn(self.spec.argv, self.spec.log_path, self.spec.env)
         self.set_state("starting")
 
+    def adopt(self, recorded: Recorded | None) -> bool:
+        """Take over the recorded process if it still runs this child's command."""
+        process = adopt(recorded, self.spec.argv)
+        if process is None:
+            return False
+        self.process = process
+        self.set_state("starting")
+        log.info("%s %s (pid %d) adopted", self.spec.kind, self.spec.name, process.pid)
+        return True
+
     def wait_listening(self, timeout_s: float = _START_TIMEOUT_S) -> None:
         """Block until the child listens (raises with its log tail if it exits first)."""
         assert self.process is not None
-        host, port = split_host_port(self.spec.address)
         what = f"{self.spec.kind} {self.spec.name}"
-        wait_listening(self.process, host, port, self.spec.log_path, what, timeout_s)
+        wait_listening(self.process, self.spec.address, self.spec.log_path, what, timeout_s)
         self.set_state("up")
 
     def served_long(self) -> bool:
@@ -103,16 +113,20 @@ class Child:
             "since": self.since,
             "restarts": self.restarts,
             "last_exit": self.last_exit,
-            "log": str(self.spec.log_path),
+            "log": None if self.spec.log_path is None else str(self.spec.log_path),
         }
 
 
-def start_children(specs: Sequence[ChildSpec]) -> list[Child]:
-    """Start every child, then wait until each listens; on any failure stop them all."""
+def start_children(
+    specs: Sequence[ChildSpec], recorded: Mapping[tuple[str, str], Recorded] | None = None
+) -> list[Child]:
+    """Start every child (or adopt the `recorded` process that runs its command), then
+    wait until each listens; on any failure stop them all."""
     children = [Child(spec) for spec in specs]
     try:
         for child in children:
-            child.spawn()
+            if not child.adopt((recorded or {}).get((child.spec.kind, child.name))):
+                child.spawn()
         for child in children:
             child.wait_listening()
     except BaseException:
@@ -134,22 +148,22 @@ def backoff_s(crashes_in_row: int) -> float:
     return float(min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, crashes_in_row - 1)))
 
 
-async def _listening(host: str, port: int) -> bool:
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 0.5)
-    except (TimeoutError, OSError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
-
-
 class Supervisor:
-    """Restarts the children it is given when they exit; `run()` until cancelled."""
+    """Restarts the children it is given when they exit; `run()` until cancelled.
 
-    def __init__(self, children: Sequence[Child]) -> None:
+    `on_change` is called whenever a child has started anew (`up` records the stack);
+    once `stopping` is set, children that exit are left down (they are being stopped).
+    """
+
+    def __init__(
+        self,
+        children: Sequence[Child],
+        on_change: Callable[[], None] = lambda: None,
+        stopping: asyncio.Event | None = None,
+    ) -> None:
         self.children = list(children)
+        self.on_change = on_change
+        self.stopping = stopping or asyncio.Event()
         self._restarting: dict[int, asyncio.Task[None]] = {}
 
     def add(self, children: Sequence[Child]) -> None:
@@ -160,7 +174,7 @@ class Supervisor:
 
     async def run(self) -> None:
         try:
-            while True:
+            while not self.stopping.is_set():
                 for index, child in enumerate(self.children):
                     if index in self._restarting or child.process is None:
                         continue
@@ -179,9 +193,10 @@ class Supervisor:
             child.last_exit = code
             child.set_state("down")
             delay = backoff_s(child.crashes_in_row)
-            log.error("%s %s (pid %s) exited with status %d; restarting in %.1f s",
+            status = "unknown" if code == AdoptedProcess.UNKNOWN_EXIT else str(code)
+            log.error("%s %s (pid %s) exited with status %s; restarting in %.1f s",
                       child.spec.kind, child.name, child.process and child.process.pid,
-                      code, delay)  # fmt: skip
+                      status, delay)  # fmt: skip
             await asyncio.sleep(delay)
             try:
                 child.spawn()
@@ -190,10 +205,10 @@ class Supervisor:
                 return
             child.restarts += 1
             assert child.process is not None
-            host, port = split_host_port(child.spec.address)
+            self.on_change()
             deadline = time.monotonic() + _START_TIMEOUT_S
             while child.process.poll() is None and time.monotonic() < deadline:
-                if await _listening(host, port):
+                if await asyncio.to_thread(accepts, child.spec.address, 0.5):
                     child.set_state("up")
                     log.warning("%s %s restarted (pid %d, restart %d)", child.spec.kind,
                                 child.name, child.process.pid, child.restarts)  # fmt: skip

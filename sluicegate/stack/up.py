@@ -1,10 +1,13 @@
 """`sluicegate up`: the whole local stack in one command.
 
-Starts, in make-before-use order: the mock providers the config declares, the
-ADS server, the ext_proc filter, the status endpoint, and finally Envoy
-(bootstrapped to take everything else from the ADS server). A mock or replica that
-dies is restarted (stack/supervisor.py); `/status` lists every process and its state.
-SIGINT or SIGTERM stops all of it in reverse order; children also die with this process.
+`up` itself carries no traffic and serves no xDS: it starts the stack's processes,
+restarts any that dies (stack/supervisor.py) and answers `/status` for all of them
+(stack/up_http.py). In make-before-use order: the mock providers the config declares,
+the control plane (`sluicegate control-plane`), the main ext_proc server and the
+replicas (`sluicegate ext-proc`), its own endpoint, and finally Envoy (bootstrapped to
+take everything else from the control plane). SIGINT or SIGTERM stops all of it in
+reverse order. If `up` itself is killed, the children serve on, and the next `up` on
+the same work directory adopts them (stack/adoption.py).
 """
 
 from __future__ import annotations
@@ -15,28 +18,25 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from sluicegate.config import (
-    ConfigError,
-    load_config,
-    parse_admin_address,
-    resolve_api_keys,
-    split_host_port,
-)
-from sluicegate.envoy import EnvoyProcess, make_bootstrap
-from sluicegate.filters import ExtProcServer
-from sluicegate.stack.control_plane import ControlPlane
+from sluicegate.config import ConfigError, load_config, resolve_api_keys
+from sluicegate.stack.adoption import record, recorded_children, running_up, stop_recorded
+from sluicegate.stack.envoy_child import envoy_spec, wait_ready
 from sluicegate.stack.heap import settle_heap
-from sluicegate.stack.mocks import start_mocks, stop_mocks
-from sluicegate.stack.replica import start_replicas, stop_replicas
-from sluicegate.stack.status_http import start_status_http
-from sluicegate.stack.supervisor import Supervisor
-from sluicegate.stack.watcher import watch_files
-from sluicegate.xds.server import SnapshotCache, serve_ads
+from sluicegate.stack.mocks import mock_specs
+from sluicegate.stack.replica import replica_specs
+from sluicegate.stack.supervisor import (
+    Child,
+    ChildSpec,
+    Supervisor,
+    start_children,
+    stop_children,
+)
+from sluicegate.stack.up_http import ChildEndpoint, start_up_http
+from sluicegate.stack.work_dir import default_work_dir, socket_dir
 
 log = logging.getLogger("sluicegate.up")
 
@@ -62,6 +62,12 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
         for problem in err.problems:
             log.error("%s", problem)
         return 2
+    work_dir = (options.work_dir or default_work_dir(path)).resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    other = running_up(work_dir)
+    if other is not None:
+        log.error("another sluicegate up (pid %d) runs on %s; stop it first", other, work_dir)
+        return 2
 
     stop_event = stop_event or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -69,14 +75,34 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop_event.set)
 
-    work_dir = options.work_dir or Path(tempfile.mkdtemp(prefix="sluicegate-up-"))
-    work_dir.mkdir(parents=True, exist_ok=True)
     addresses = config.sluicegate
+    sockets = socket_dir(work_dir)
+    control_plane_http = f"unix:{sockets / 'control-plane.sock'}"
+    ext_proc_http = f"unix:{sockets / 'ext-proc.sock'}"
+    # Make-before-use order; stopped in reverse.
+    specs = [
+        *(mock_specs(config, keys, work_dir) if options.start_mocks else []),
+        _control_plane_spec(path, addresses.xds, control_plane_http, work_dir),
+        _main_ext_proc_spec(path, addresses.ext_proc, ext_proc_http),
+        *replica_specs(path, addresses.ext_proc_replicas, work_dir),
+    ]
+    # Envoy last, once `up`'s endpoint answers: /status works whenever the gateway does.
+    envoy = [
+        envoy_spec(work_dir, node_id=options.node_id, xds=addresses.xds,
+                   ext_proc_servers=list(addresses.ext_proc_servers),
+                   admin=addresses.envoy_admin, ads_mode=options.ads_mode,
+                   concurrency=options.envoy_concurrency)
+    ] if options.start_envoy else []  # fmt: skip
+    recorded = recorded_children(work_dir)
+    for key, left in recorded.items():
+        if key not in {(spec.kind, spec.name) for spec in [*specs, *envoy]}:
+            stop_recorded(left)  # left by an earlier `up` of another config
+
     async with contextlib.AsyncExitStack() as stack:
         if options.work_dir is None:
-            # A folder `up` made itself; first in, so it goes last, once every process
-            # writing into it has stopped. --work-dir keeps the logs, and so does a
-            # failure: its error names the logs to read (EnvoyStartError, for one).
+            # The default folder; first in, so it goes last, once every process writing
+            # into it has stopped. --work-dir keeps the logs, and so does a failure: its
+            # error names the logs to read.
             def remove_unless_failed(failed: type[BaseException] | None, *_: object) -> None:
                 if failed is None:
                     shutil.rmtree(work_dir, ignore_errors=True)
@@ -84,98 +110,39 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
                     log.error("logs kept in %s", work_dir)
 
             stack.push(remove_unless_failed)
-        supervisor = Supervisor([])
-        if options.start_mocks:
-            mocks = await asyncio.to_thread(start_mocks, config, keys, work_dir)
-            stack.callback(stop_mocks, mocks)
-            supervisor.add(mocks)
-            for mock in mocks:
-                log.info("mock provider %s on 127.0.0.1:%d", mock.name, mock.port)
 
-        cache = SnapshotCache()
-        ext_proc = ExtProcServer()
-        control_plane = ControlPlane(
-            path,
-            cache,
-            on_model=ext_proc.load,
-        )
-        if not control_plane.load().ok:
-            return 2
+        def record_stack() -> None:
+            record(work_dir, os.getpid(),
+                   [(c.spec.kind, c.name, c.process.pid, list(c.spec.argv))
+                    for c in supervisor.children if c.process is not None])  # fmt: skip
 
-        ads = await serve_ads(cache, addresses.xds)
-        stack.push_async_callback(ads.stop, 1.0)
-        await ext_proc.start(addresses.ext_proc)
-        stack.push_async_callback(ext_proc.stop)
-        replicas = await asyncio.to_thread(
-            start_replicas, path, addresses.ext_proc_replicas, work_dir
-        )
-        stack.callback(stop_replicas, replicas)
-        supervisor.add(replicas)
-        envoy: EnvoyProcess | None = None
+        def start(specs: list[ChildSpec]) -> list[Child]:
+            children = start_children(specs, recorded)
+            stack.callback(stop_children, children)
+            supervisor.add(children)
+            record_stack()
+            for child in children:
+                log.info("%s %s on %s (pid %s)", child.spec.kind, child.name,
+                         child.spec.address, child.process and child.process.pid)  # fmt: skip
+            return children
 
-        def processes() -> list[dict[str, Any]]:
-            """Every process of the stack, for /status: this one (xDS and the main
-            ext_proc), the supervised children, and Envoy."""
-            here = {"pid": os.getpid(), "state": "up", "restarts": 0, "last_exit": None}
-            found = [
-                {"kind": "control_plane", "name": "xds", "address": addresses.xds, **here},
-                {"kind": "ext_proc", "name": "main", "address": addresses.ext_proc, **here},
-                *supervisor.status(),
-            ]
-            if envoy is not None:
-                found.append(
-                    {
-                        "kind": "envoy",
-                        "name": options.node_id,
-                        "address": addresses.envoy_admin,
-                        "pid": envoy.pid,
-                        "state": "up" if envoy.running else "down",  # running reaps it
-                        "restarts": 0,
-                        "last_exit": envoy.returncode,
-                    }
-                )
-            return found
-
-        http_host, http_port = split_host_port(addresses.http)
-        runner = await start_status_http(
-            control_plane,
-            http_host,
-            http_port,
-            registries=[ext_proc.admission.metrics.registry],
-            extra_status=lambda: {
-                "admission": ext_proc.admission.status(),
-                "processes": processes(),
-            },
+        supervisor = Supervisor([], on_change=record_stack, stopping=stop_event)
+        await asyncio.to_thread(start, specs)
+        runner = await start_up_http(
+            addresses.http,
+            ChildEndpoint(control_plane_http),
+            ChildEndpoint(ext_proc_http),
+            supervisor.status,
         )
         stack.push_async_callback(runner.cleanup)
-        log.info("xDS on %s, ext_proc on %s, status on %s",
-                 addresses.xds, addresses.ext_proc, addresses.http)  # fmt: skip
-
-        if options.start_envoy:
-            admin_socket = parse_admin_address(addresses.envoy_admin).path
-            if admin_socket is not None:
-                # Envoy binds the socket but does not make its directory.
-                Path(admin_socket).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            bootstrap = make_bootstrap(
-                node_id=options.node_id,
-                cluster="sluicegate",
-                xds_address=addresses.xds,
-                ext_proc_address=addresses.ext_proc_servers,
-                admin_address=addresses.envoy_admin,
-                ads_mode=options.ads_mode,
-            )
-            envoy = EnvoyProcess(bootstrap, work_dir=work_dir,
-                                 concurrency=options.envoy_concurrency)  # fmt: skip
-            await envoy.start()
-            stack.push_async_callback(envoy.stop)
-            stack.callback(asyncio.create_task(_watch_envoy(envoy)).cancel)
+        log.info("status on http://%s/status", addresses.http)
+        if envoy:
+            (started,) = await asyncio.to_thread(start, envoy)
+            await asyncio.to_thread(wait_ready, started)
             for listener in config.listeners:
                 log.info("gateway listening on http://%s:%d", listener.address, listener.port)
-            log.info("Envoy admin on %s (logs in %s)", envoy.admin_url, work_dir)
+            log.info("Envoy admin on %s (logs in %s)", addresses.envoy_admin, work_dir)
 
-        # The config file and the key files it names: a rotated key reloads too.
-        watcher = asyncio.create_task(watch_files(control_plane.watched_paths, control_plane.load))
-        stack.callback(watcher.cancel)
         # Cancelled first on the way out, so no child is restarted while being stopped.
         stack.callback(asyncio.create_task(supervisor.run()).cancel)
         settle_heap()
@@ -185,9 +152,20 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
     return 0
 
 
-async def _watch_envoy(envoy: EnvoyProcess) -> None:
-    """Reap an Envoy that exits and say so (it is not restarted: /status shows it down)."""
-    while envoy.running:
-        await asyncio.sleep(0.5)
-    log.error("Envoy (pid %s) exited with status %s; its log: %s",
-              envoy.pid, envoy.returncode, envoy.log_path)  # fmt: skip
+def _sluicegate(*args: str) -> list[str]:
+    """argv for `sluicegate ARGS`, with -v when `up` itself logs at DEBUG."""
+    verbose = ["-v"] if logging.getLogger().isEnabledFor(logging.DEBUG) else []
+    return [sys.executable, "-m", "sluicegate", *verbose, *args]
+
+
+def _control_plane_spec(path: Path, xds: str, http: str, work_dir: Path) -> ChildSpec:
+    """The control plane: ADS on `xds`, its endpoint on `http`; it logs to `up`'s output
+    (reloads and their rejections are what a user of `up` watches)."""
+    argv = _sluicegate("control-plane", str(path), "--xds", xds, "--http", http,
+                       "--drained-file", str(work_dir / "drained.json"))  # fmt: skip
+    return ChildSpec(kind="control_plane", name="xds", address=xds, argv=argv, log_path=None)
+
+
+def _main_ext_proc_spec(path: Path, address: str, http: str) -> ChildSpec:
+    argv = _sluicegate("ext-proc", str(path), "--address", address, "--http", http)
+    return ChildSpec(kind="ext_proc", name="main", address=address, argv=argv, log_path=None)

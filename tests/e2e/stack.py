@@ -88,6 +88,18 @@ def _wait_serving(stack: Stack, timeout_s: float) -> None:
     raise RuntimeError(f"gateway not serving after {timeout_s}s ({last}):\n{stack.log()[-4000:]}")
 
 
+def start_up(
+    config_path: Path, work_dir: Path, log_path: Path, *extra_args: str
+) -> subprocess.Popen[bytes]:
+    """`sluicegate up` on config_path with one Envoy worker, its output to log_path."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sluicegate", "up", str(config_path),
+             "--work-dir", str(work_dir), "--envoy-concurrency", "1", *extra_args],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+
 @contextmanager
 def running_stack(tmp: Path, doc: dict[str, Any], *extra_args: str,
                   timeout_s: float = 30.0) -> Iterator[Stack]:  # fmt: skip
@@ -95,12 +107,7 @@ def running_stack(tmp: Path, doc: dict[str, Any], *extra_args: str,
     config_path = tmp / "sluicegate.yaml"
     config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     log_path = tmp / "up.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "sluicegate", "up", str(config_path),
-             "--work-dir", str(tmp / "work"), "--envoy-concurrency", "1", *extra_args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+    process = start_up(config_path, tmp / "work", log_path, *extra_args)
     stack = Stack(config_path, doc, process, log_path)
     try:
         _wait_serving(stack, timeout_s)

@@ -1,11 +1,12 @@
 """No single child process's death stops the gateway (issue 9, part 1).
 
 A real `sluicegate up` on the quickstart with one ext_proc replica, under steady load:
-kill -9 a replica or a mock provider and count every request's outcome. Envoy leaves a
-dead ext_proc server within about a second (health check and outlier detection on the
-ext_proc clusters, envoy/bootstrap.py), retries a dead provider's requests on the other,
-and `up` restarts what died (stack/supervisor.py); `sluicegate status` exits 1 while
-something is down.
+kill -9 a replica, the main ext_proc server, the control plane or a mock provider and
+count every request's outcome. Envoy leaves a dead ext_proc server within about a second
+(health check and outlier detection on the ext_proc clusters, envoy/bootstrap.py),
+retries a dead provider's requests on the other, serves its last config while the
+control plane is gone, and `up` restarts what died (stack/supervisor.py); `sluicegate
+status` exits 1 while something is down.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from sluicegate.envoy import flatten_stats
 from sluicegate.testing import (
     SETTLED_S,
     alive,
@@ -29,7 +31,7 @@ from sluicegate.testing import (
     steady_load,
     wait_until,
 )
-from tests.e2e.stack import Stack, running_stack
+from tests.e2e.stack import Stack, running_stack, start_up
 from tests.ports import free_port
 
 pytestmark = pytest.mark.e2e
@@ -152,3 +154,85 @@ def test_a_replica_that_cannot_restart_is_reported_down_until_it_does(stack: Sta
 
 def test_a_killed_mock_provider_fails_over_and_is_restarted(stack: Stack) -> None:
     kill_and_judge(stack, "mock_provider", "alpha")
+
+
+def test_a_killed_main_ext_proc_is_left_by_envoy_and_restarted(stack: Stack) -> None:
+    kill_and_judge(stack, "ext_proc", "main")
+
+
+# What Envoy counts of config it was sent: a reconnect that is sent nothing moves none.
+CONFIG_UPDATES = (
+    "cluster_manager.cds.update_success",
+    "cluster_manager.cds.update_rejected",
+    "listener_manager.lds.update_success",
+    "listener_manager.lds.update_rejected",
+)
+
+
+def envoy_stats(stack: Stack) -> dict[str, int]:
+    stats: dict[str, int] = flatten_stats(stack.admin_json("/stats?format=json"))
+    return stats
+
+
+def test_a_killed_control_plane_leaves_traffic_alone_and_envoy_is_sent_nothing_again(
+    stack: Stack,
+) -> None:
+    """Envoy serves its last config while the control plane is gone (kept down a while
+    by an invalid file, and reported down meanwhile), reconnects to the restarted one,
+    is pushed nothing (same snapshot, same versions: docs/xds-rules.md rule 3), and
+    takes the next edit from it."""
+    before = envoy_stats(stack)
+    assert before["control_plane.connected_state"] == 1
+    kill_and_judge(stack, "control_plane", "xds", break_restart=True)
+    assert wait_until(lambda: envoy_stats(stack)["control_plane.connected_state"] == 1, 10)
+    after = envoy_stats(stack)
+    assert {name: after[name] for name in CONFIG_UPDATES} == {
+        name: before[name] for name in CONFIG_UPDATES
+    }
+
+    # The new stream is live: an edit (a model added to a route) reaches Envoy through it.
+    def route_updates() -> int:
+        stats = envoy_stats(stack)
+        return sum(v for k, v in stats.items() if ".rds." in k and k.endswith(".update_success"))
+
+    pushed = route_updates()
+    doc = stack.doc
+    doc["routes"][0]["models"] = [*doc["routes"][0]["models"], "added-after-restart"]
+    stack.write(doc)
+    assert wait_until(lambda: route_updates() > pushed, 15)
+
+
+def test_a_killed_up_stops_no_traffic_and_the_next_up_adopts_its_children(
+    tmp_path: Path,
+) -> None:
+    """`up` carries no traffic: kill -9 it under load and no request fails; every child
+    serves on; a new `up` on the same work directory adopts each (same pids), reports
+    them up, and stops them all on SIGTERM."""
+    with running_stack(tmp_path, fault_doc(tmp_path)) as stack:
+        before = {(p["kind"], p["name"]): p["pid"] for p in stack.status()["processes"]}
+        with steady_load(stack.gateway, MODEL, HEADERS) as load:
+            assert wait_until(lambda: sum(o.ok for o in load.outcomes) >= 20, 30)
+            stack.process.kill()
+            kill = time.monotonic()
+            stack.process.wait(10)
+            wait_until(lambda: time.monotonic() > kill + SETTLED_S + 3, 30)
+        verdict = judge("up", load.since(0), kill, None)
+        print(verdict)
+        assert verdict.failed_in_flight == verdict.failed_soon_after == 0, verdict
+        assert verdict.failed_settled == 0, verdict
+        assert load.since(kill + SETTLED_S), "the load went on after the kill"
+        assert all(alive(pid) for pid in before.values()), before
+
+        stack.process = start_up(stack.config_path, tmp_path / "work", tmp_path / "up-2.log")
+        stack.log_path = tmp_path / "up-2.log"
+        assert wait_until(lambda: "sluicegate is up" in stack.log(), 60), stack.log()[-3000:]
+        after = {(p["kind"], p["name"]): p["pid"] for p in stack.status()["processes"]}
+        assert after == before, stack.log()[-3000:]
+        assert sluicegate_status(stack).returncode == 0, sluicegate_status(stack).stdout
+        assert stack.log().count(" adopted") == len(before), stack.log()[-3000:]
+
+        stack.process.send_signal(signal.SIGTERM)
+        assert stack.process.wait(30) == 0
+        assert wait_until(lambda: not any(alive(pid) for pid in before.values()), 10), [
+            key for key, pid in before.items() if alive(pid)
+        ]

@@ -85,3 +85,25 @@ def test_a_rejected_reload_gives_its_errors_as_reasons_and_its_warnings_apart(
     assert len(rejected) == 1 and "unknown provider" in rejected[0]
     warned = [r for r in caplog.records if "no route sends traffic to provider" in r.getMessage()]
     assert warned and {r.levelname for r in warned} == {"WARNING"}
+
+
+def test_live_drains_outlive_the_control_plane_through_its_drained_file(tmp_path: Path) -> None:
+    """A restarted control plane publishes the snapshot its predecessor had (same
+    versions), drains included, so a reconnecting Envoy is sent nothing again."""
+    path = tmp_path / "sluicegate.yaml"
+    path.write_text(CONFIG.replace("MODEL", "m1").replace(
+        '  - {name: alpha, base_url: "http://127.0.0.1:18081/v1"}',
+        '  - {name: alpha, base_url: "http://127.0.0.1:18081/v1"}\n'
+        '  - {name: beta, base_url: "http://127.0.0.1:18082/v1"}',
+    ).replace("[{provider: alpha}]", "[{provider: alpha}, {provider: beta}]"))  # fmt: skip
+    drained = tmp_path / "drained.json"
+    first = ControlPlane(path, SnapshotCache(), drained_file=drained)
+    assert first.load().ok
+    assert first.set_drained("beta", drained=True).ok
+    again = ControlPlane(path, SnapshotCache(), drained_file=drained)
+    assert again.load().ok
+    assert again.drained == {"beta"}
+    assert first.snapshot is not None and again.snapshot is not None
+    assert again.snapshot.versions() == first.snapshot.versions()
+    assert again.set_drained("beta", drained=False).ok
+    assert ControlPlane(path, SnapshotCache(), drained_file=drained).drained == set()
