@@ -49,6 +49,7 @@ DEFAULT_MAX_DOWNSTREAM_CONNECTIONS: Final = 50_000
 # held open for the request's whole life: Envoy's default of 1024 requests per cluster
 # would fail requests under load, so the limits are far above any real concurrency.
 _BIG_LIMIT: Final = 1_000_000
+EXT_PROC_GRACEFUL_CLOSE: Final = "envoy.reloadable_features.ext_proc_graceful_grpc_close"
 # The ADS stream's reconnect backoff (_ads_reconnect).
 ADS_RECONNECT_BASE_S: Final = 0.25
 ADS_RECONNECT_MAX_S: Final = 2.0
@@ -226,11 +227,24 @@ def _dynamic_resources(
     )
 
 
+def _static_runtime() -> struct_pb2.Struct:
+    """Envoy's defaults, but one: ext_proc streams end gracefully. Envoy otherwise ends each
+    ext_proc stream by half-closing and resetting it at once, and grpcio's aio server keeps
+    about 100 bytes of native memory for every stream cut that way (grpc/grpc#43360): the
+    ext_proc servers grew by about 200 bytes a request, without bound (RESULTS.md, "Memory
+    soak"). Graceful: Envoy half-closes, the server ends the call with its status, and
+    Envoy resets only a stream still open a second later (ext_proc's remote close timeout)."""
+    layer = struct_pb2.Struct()
+    layer.update({EXT_PROC_GRACEFUL_CLOSE: True})
+    return layer
+
+
 def _layered_runtime() -> bootstrap_pb2.LayeredRuntime:
-    """A static layer (empty: defaults) under an admin layer (for /runtime_modify)."""
+    """A static layer (defaults but one: _static_runtime) under an admin layer (for
+    /runtime_modify)."""
     return bootstrap_pb2.LayeredRuntime(
         layers=[
-            bootstrap_pb2.RuntimeLayer(name="static", static_layer=struct_pb2.Struct()),
+            bootstrap_pb2.RuntimeLayer(name="static", static_layer=_static_runtime()),
             bootstrap_pb2.RuntimeLayer(
                 name="admin", admin_layer=bootstrap_pb2.RuntimeLayer.AdminLayer()
             ),
