@@ -61,6 +61,41 @@ META_TENANT: Final = "tenant"
 META_MODEL: Final = "model"
 META_ESTIMATE_INPUT: Final = "estimate_input_tokens"
 META_ESTIMATE_OUTPUT: Final = "estimate_output_tokens"
+# Set by the routing stage on every request it sees, admitted or answered, for the
+# request record (docs/metrics.md): who asked (the key's name, never the key), with
+# which priority class and scenario, how long the request queued at a gate (ms), and
+# whether it asked for a stream; META_ERROR_CODE is the OpenAI error `code` of an answer
+# the ext_proc server made itself.
+META_KEY_NAME: Final = "key_name"
+META_PRIORITY: Final = "priority"
+META_SCENARIO: Final = "scenario"
+META_QUEUE_MS: Final = "queue_ms"
+META_STREAM: Final = "stream"
+META_ERROR_CODE: Final = "error_code"
+# A client chooses the request's scenario among the declared ones (`scenarios:`) with
+# this header; stripped before a provider sees it (the header allowlist).
+SCENARIO_HEADER: Final = "x-sluicegate-scenario"
+# The request record (docs/metrics.md, "The record"): Envoy's OpenTelemetry access log
+# sends one log record per request to the ext_proc servers' LogsService; its attributes
+# are named by these keys (the translator writes them, sluicegate.records reads them).
+RECORD_LOG_NAME: Final = "sluicegate-record"
+RECORD_ROUTE: Final = "route"
+RECORD_PROVIDER: Final = "provider"
+RECORD_CLUSTER: Final = "cluster"
+RECORD_STATUS: Final = "status"
+RECORD_FLAGS: Final = "flags"
+RECORD_DETAILS: Final = "details"
+RECORD_ATTEMPTS: Final = "attempts"
+RECORD_CONTENT_TYPE: Final = "content_type"
+# Microseconds from the request's first byte (Envoy's DS_RX_BEG) to each time point.
+RECORD_FIRST_UPSTREAM_BYTE_US: Final = "first_upstream_byte_us"  # US_RX_BEG: headers
+RECORD_FIRST_UPSTREAM_BODY_US: Final = "first_upstream_body_us"  # US_RX_BODY_BEG: TTFT
+RECORD_FIRST_DOWNSTREAM_BYTE_US: Final = "first_downstream_byte_us"  # DS_TX_BEG
+RECORD_LAST_DOWNSTREAM_BYTE_US: Final = "last_downstream_byte_us"  # DS_TX_END
+# The request's dynamic metadata, namespace METADATA_NAMESPACE and USAGE_METADATA_NAMESPACE,
+# each as one JSON object.
+RECORD_METADATA: Final = "metadata"
+RECORD_USAGE: Final = "usage"
 # Set on a request whose usage the access log reports (a small JSON answer): the value
 # is USAGE_VIA_LOG; the access log sends only such requests.
 META_USAGE_VIA: Final = "usage_via"

@@ -43,6 +43,10 @@ from .resilience import (
     effective,
 )
 from .schema import (
+    ACCESS_LOG_STDOUT,
+    DEFAULT_SCENARIO,
+    MAX_SCENARIOS,
+    AccessLog,
     Addresses,
     ApiKeySource,
     Backend,
@@ -61,9 +65,13 @@ from .schema import (
 from .secrets import resolve_api_keys
 
 __all__ = [
+    "ACCESS_LOG_STDOUT",
     "ADMIN_SOCKET_MODE",
+    "DEFAULT_SCENARIO",
     "LIMIT_KINDS",
+    "MAX_SCENARIOS",
     "UNIX_PREFIX",
+    "AccessLog",
     "Addresses",
     "AdminAddress",
     "Admission",

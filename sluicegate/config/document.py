@@ -8,15 +8,24 @@ every problem in a file is reported in one go.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .admission import Admission, ClientKey, Tenant
+from .admission import NAME_PATTERN, Admission, ClientKey, Tenant
 from .resilience import Resilience
-from .schema import Addresses, Config, Listener, Provider, Route, count_ext_proc_processes
+from .schema import (
+    AccessLog,
+    Addresses,
+    Config,
+    Listener,
+    Provider,
+    Route,
+    count_ext_proc_processes,
+)
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -39,6 +48,15 @@ class KeyRef:
     tenant_name: str
     index: int
     key: ClientKey
+
+
+@dataclass(frozen=True)
+class ScenarioRef:
+    """`routes[route].scenario` names `scenario`."""
+
+    route: int
+    route_name: str
+    scenario: str
 
 
 Dropped = frozenset[tuple[str | int, ...]]
@@ -90,6 +108,15 @@ class Document:
     tenants: tuple[tuple[int, Tenant], ...] = ()
     admission: Admission | None = None
     client_keys: tuple[KeyRef, ...] = ()
+    # Every string written in `scenarios:` with its index, even one that is no valid name
+    # (a route naming it is not also told it is unknown); None when `scenarios:` is not a
+    # list, so no route's scenario can be judged.
+    scenarios: tuple[tuple[int, str], ...] | None = ()
+    # Every route's `scenario` that is a well-formed name, even in routes that failed
+    # validation (a malformed one is reported as such, not also as unknown).
+    route_scenarios: tuple[ScenarioRef, ...] = ()
+    # `access_log:`, None when absent or invalid.
+    access_log: AccessLog | None = None
 
     @property
     def provider_names(self) -> tuple[str, ...]:
@@ -134,6 +161,13 @@ class Document:
                 for t, tenant in enumerate(config.tenants)
                 for k, key in enumerate(tenant.keys)
             ),
+            scenarios=tuple(enumerate(config.scenarios)),
+            route_scenarios=tuple(
+                ScenarioRef(r, route.name, route.scenario)
+                for r, route in enumerate(config.routes)
+                if route.scenario is not None
+            ),
+            access_log=config.access_log,
         )
 
     @classmethod
@@ -162,6 +196,9 @@ class Document:
             tenants=_valid_items(Tenant, raw_tenants),
             admission=_valid(Admission, data.get("admission", {})),
             client_keys=tuple(_key_refs(raw_tenants)),
+            scenarios=_scenarios(data.get("scenarios", [])),
+            route_scenarios=tuple(_scenario_refs(raw["routes"])),
+            access_log=_valid(AccessLog, data.get("access_log")),
         )
 
 
@@ -302,4 +339,21 @@ def _key_refs(tenants: list[dict[object, object]]) -> list[KeyRef]:
             key = _valid(ClientKey, item)
             if key is not None:
                 refs.append(KeyRef(t, name, k, key))
+    return refs
+
+
+def _scenarios(raw: object) -> tuple[tuple[int, str], ...] | None:
+    if not isinstance(raw, list):
+        return None
+    return tuple((index, name) for index, name in enumerate(raw) if isinstance(name, str))
+
+
+def _scenario_refs(routes: list[dict[object, object]]) -> list[ScenarioRef]:
+    refs = []
+    for r, route in enumerate(routes):
+        name = route.get("name")
+        scenario = route.get("scenario")
+        # A malformed name is reported as such, not also as unknown.
+        if isinstance(scenario, str) and re.fullmatch(NAME_PATTERN, scenario):
+            refs.append(ScenarioRef(r, name if isinstance(name, str) else f"routes[{r}]", scenario))
     return refs

@@ -31,6 +31,8 @@ _PATTERN_HINTS = {
     "with a digit",
     "path_prefix": "must start with '/'",
 }
+# A scenario is a name too: routes[].scenario and each entry of `scenarios:`.
+_PATTERN_HINTS["scenario"] = _PATTERN_HINTS["scenarios"] = _PATTERN_HINTS["name"]
 
 _EXPECTED = {
     "int_type": "an integer",
@@ -116,7 +118,9 @@ def humanize(error: ErrorDetails, data: object) -> tuple[KeyPath, str]:
     if kind == "too_long":
         return path, f"may have at most {ctx.get('max_length')} entries"
     if kind == "string_pattern_mismatch":
-        hint = _PATTERN_HINTS.get(field, f"must match the pattern {ctx.get('pattern')}")
+        # A list entry takes the hint of its list (`scenarios[2]` is a name).
+        named = str(loc[-2]) if len(loc) > 1 and isinstance(loc[-1], int) else field
+        hint = _PATTERN_HINTS.get(named, f"must match the pattern {ctx.get('pattern')}")
         return path, f"{hint}; got {got}"
     if kind in ("value_error", "assertion_error") and "error" in ctx:
         return path, str(ctx["error"])

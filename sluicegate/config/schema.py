@@ -7,7 +7,7 @@ Rules that span the document (dangling references, duplicate names) live in
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -35,6 +35,14 @@ class Strict(BaseModel):
 
 
 Name = str  # a DNS-label-like identifier, checked by `NAME_PATTERN` (admission.py)
+
+# The scenario of a route that names none: always declared, without being written in
+# `scenarios:` (docs/configuration.md, "Scenarios").
+DEFAULT_SCENARIO: Final = "default"
+# Scenarios label metrics, so their number stays small (the implicit default aside).
+MAX_SCENARIOS: Final = 32
+# `access_log.path` writing to sluicegate's standard output instead of a file.
+ACCESS_LOG_STDOUT: Final = "stdout"
 
 
 class Listener(Strict):
@@ -217,6 +225,8 @@ class Route(Strict):
     default_max_tokens: int | None = Field(default=None, ge=1, le=100_000_000)
     # In-flight gate whose waiting requests are served by priority class.
     concurrency: Concurrency | None = None
+    # What its requests are reported as (one of `scenarios:`); unset: DEFAULT_SCENARIO.
+    scenario: str | None = Field(default=None, pattern=NAME_PATTERN)
 
     @field_validator("models")
     @classmethod
@@ -279,6 +289,31 @@ class Limits(Strict):
     max_connections_per_listener: int = Field(default=10_000, ge=1, le=1_000_000)
 
 
+class AccessLog(Strict):
+    """An optional structured access log: one JSON line per request, never a key."""
+
+    # ACCESS_LOG_STDOUT, or an absolute file path (a relative one would depend on the
+    # directory each process was started in).
+    path: str
+
+    @field_validator("path")
+    @classmethod
+    def _stdout_or_absolute(cls, value: str) -> str:
+        if value == ACCESS_LOG_STDOUT:
+            return value
+        if not value.startswith("/"):
+            raise ValueError(
+                f"must be '{ACCESS_LOG_STDOUT}' or an absolute file path such as "
+                f"/var/log/sluicegate/access.log, got {value!r}"
+            )
+        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+            raise ValueError("the path holds a control character")
+        return value
+
+
+ScenarioName = Annotated[str, Field(pattern=NAME_PATTERN)]
+
+
 class Config(Strict):
     """A whole sluicegate document (schema version 1)."""
 
@@ -294,6 +329,11 @@ class Config(Strict):
     admission: Admission = Field(default_factory=Admission)
     # Who may call: client keys, limits, models, priority (empty: keys are not checked).
     tenants: list[Tenant] = Field(default_factory=list)
+    # Names requests are reported under (routes[].scenario, or a client's header); with
+    # DEFAULT_SCENARIO always declared besides these.
+    scenarios: list[ScenarioName] = Field(default_factory=list, max_length=MAX_SCENARIOS)
+    # Optional structured access log (JSON lines to a file or stdout).
+    access_log: AccessLog | None = None
 
     def ext_proc_processes(self) -> int:
         """How many ext_proc servers count limits and gates (`count_ext_proc_processes`)."""

@@ -8,6 +8,7 @@ path. Socket collisions live in `sockets.py`.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
@@ -23,7 +24,7 @@ from .resilience import (
     effective,
     set_in,
 )
-from .schema import Provider, Route, normalize_path_prefix
+from .schema import ACCESS_LOG_STDOUT, DEFAULT_SCENARIO, Provider, Route, normalize_path_prefix
 from .sockets import check_sockets
 from .source import KeyPath, Locator, format_key_path
 
@@ -538,6 +539,47 @@ def check_client_keys(doc: Document, at: Locator) -> Iterable[Problem]:
             )
 
 
+def check_scenarios(doc: Document, at: Locator) -> Iterable[Problem]:
+    """Declared scenarios are unique; a route names a declared one (or the implicit
+    DEFAULT_SCENARIO, which is never written in `scenarios:` but always exists)."""
+    if doc.scenarios is None:
+        return  # `scenarios:` is no list: reported by the schema
+    first: dict[str, int] = {}
+    for index, name in doc.scenarios:
+        if name in first:
+            earlier = ("scenarios", first[name])
+            yield at.error(
+                ("scenarios", index),
+                f"duplicate scenario '{name}' (first at {_where(at, earlier)})",
+            )
+        else:
+            first[name] = index
+    known = (DEFAULT_SCENARIO, *(name for name in first if name != DEFAULT_SCENARIO))
+    for ref in doc.route_scenarios:
+        if ref.scenario not in known:
+            message = _unknown("scenario", ref.scenario, known)
+            if "did you mean" not in message:
+                message += "; declare it in the top-level `scenarios:` list"
+            yield at.error(
+                ("routes", ref.route, "scenario"), f"route '{ref.route_name}': {message}"
+            )
+
+
+def check_access_log(doc: Document, at: Locator) -> Iterable[Problem]:
+    """A file access log whose directory does not exist (here) cannot be written; only a
+    warning, since the process that writes it may run where the directory does exist."""
+    access_log = doc.access_log
+    if access_log is None or access_log.path == ACCESS_LOG_STDOUT:
+        return
+    directory = os.path.dirname(access_log.path)
+    if not os.path.isdir(directory):
+        yield at.warning(
+            ("access_log", "path"),
+            f"directory {directory} does not exist here, so the access log cannot be "
+            "written until it does",
+        )
+
+
 def _unknown_provider(name: str, known: tuple[str, ...]) -> str:
     return _unknown("provider", name, known)
 
@@ -595,6 +637,8 @@ RULES: tuple[Rule, ...] = (
     check_admission,
     check_tenants,
     check_client_keys,
+    check_scenarios,
+    check_access_log,
     check_sockets,
     check_envoy_admin,
 )

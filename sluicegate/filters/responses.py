@@ -9,7 +9,8 @@ not allocate protobuf messages for them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Final
 
 from envoy.config.core.v3 import base_pb2
@@ -81,6 +82,92 @@ def namespace_struct(namespace: str, values: dict[str, str]) -> Any:
     for key, value in values.items():
         inner.fields[key].string_value = value
     return outer
+
+
+# Dynamic metadata in pieces: a Struct's `fields` is a map, and on the wire a map is a
+# repeated field of entries, so serialized Structs of different keys concatenate into one
+# Struct. The routing stage builds each request's metadata mostly from entries built once
+# (a tenant's, a scenario's, …) and wraps them by hand (metadata_answer): a cached request
+# then costs no protobuf message at all. Tags are (field number << 3 | wire type);
+# tests/filters/test_request_record.py checks them against the descriptors.
+_ENTRY: Final = b"\x0a"  # Struct.fields (1), and MapEntry.key (1): length-delimited
+_ENTRY_VALUE: Final = b"\x12"  # MapEntry.value (2)
+_STRUCT_VALUE: Final = b"\x2a"  # Value.struct_value (5)
+_DYNAMIC_METADATA: Final = b"\x42"  # ProcessingResponse.dynamic_metadata (8)
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _delimited(tag: bytes, payload: bytes) -> bytes:
+    return tag + _varint(len(payload)) + payload
+
+
+def metadata_fields(values: Mapping[str, str | float]) -> bytes:
+    """`values` (strings or numbers) as the serialized entries of a Struct, to concatenate
+    with others of different keys into the fields of one Struct (metadata_answer). A
+    string holding a lone surrogate (a client's text) has it replaced by U+FFFD."""
+    message = struct_pb2.Struct()
+    fields = message.fields
+    for key, value in values.items():
+        if isinstance(value, str):
+            fields[key].string_value = value if value.isascii() else _valid_text(value)
+        else:
+            fields[key].number_value = value
+    result: bytes = message.SerializeToString()
+    return result
+
+
+def metadata_field(key: str, value: str | float) -> bytes:
+    """One entry (metadata_fields)."""
+    return metadata_fields({key: value})
+
+
+def _valid_text(value: str) -> str:
+    return utf8_text(value).decode("utf-8")
+
+
+def metadata_answer(namespace: str, fields: bytes) -> bytes:
+    """A serialized ProcessingResponse holding only dynamic metadata `{namespace: Struct}`
+    whose fields are `fields` (metadata_fields, concatenated). Appended to another
+    serialized answer it merges into it: the wire form of a message is the concatenation
+    of its fields, so the answer keeps its own and gains dynamic_metadata."""
+    namespace_entry = _namespace_key(namespace) + _delimited(
+        _ENTRY_VALUE, _delimited(_STRUCT_VALUE, fields)
+    )
+    return _delimited(_DYNAMIC_METADATA, _delimited(_ENTRY, namespace_entry))
+
+
+@lru_cache(maxsize=8)
+def _namespace_key(namespace: str) -> bytes:
+    return _delimited(_ENTRY, namespace.encode())
+
+
+@lru_cache(maxsize=256)
+def error_code_of(answer: bytes) -> str | None:
+    """The OpenAI error `code` of an immediate response the filter made (read from the
+    answer itself, so it cannot drift from what the client is told); None for any other
+    answer. Cached: most refusals are the same few prebuilt answers."""
+    message = ep.ProcessingResponse.FromString(answer)
+    if message.WhichOneof("response") != "immediate_response":
+        return None
+    immediate = message.immediate_response
+    if immediate.status.code < 400:
+        return None
+    try:
+        error = json.loads(immediate.body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def openai_error(

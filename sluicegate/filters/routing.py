@@ -11,11 +11,15 @@ headers (431) and a declared body over the limit (413).
 A request without a body (GET /v1/models, ...) has no model: the answer to its
 headers removes any client-sent model header and clears the route cache, so
 only routes that do not need a model (direct responses, the fallback) match.
+
+This module decides what the body routes to; the per-request object that answers each
+message, and tells the request record what it learnt (admission/record.py), is
+admission.AdmissionStream, with or without admission.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final, NamedTuple
 
 from sluicegate import wire
 
@@ -24,13 +28,7 @@ from . import errors
 from .counters import Counters
 from .jsonbody import BodyError, decode_utf8, find_members
 from .request_facts import read_model, read_stream
-from .responses import (
-    CONTINUE_REQUEST_HEADERS,
-    PASS_THROUGH,
-    common,
-    request_headers_answer,
-    with_path,
-)
+from .responses import common, request_headers_answer
 from .table import RoutingTable
 
 STAGE = wire.STAGE_ROUTING
@@ -46,36 +44,32 @@ def _bodiless_answer() -> bytes:
 BODILESS_ANSWER: Final = _bodiless_answer()
 
 
-def decide(body: bytes, table: RoutingTable, counters: Counters) -> bytes:
-    """The serialized answer for a buffered request body."""
+class BodyRoute(NamedTuple):
+    """The answer to a request body, and what it was read as."""
+
+    answer: bytes
+    model: str | None  # None: the body was refused before its model was read
+    stream: bool | None  # None: unread, as `model`
+    routed: bool  # a route serves the model: `answer` routes it
+
+
+def read_body(body: bytes, table: RoutingTable, counters: Counters) -> BodyRoute:
+    """Read a buffered request body's model and stream flag, and route it."""
     try:
         members = find_members(decode_utf8(body), _MEMBERS)
         model = read_model(members.get("model"))
         stream = read_stream(members.get("stream"))
     except BodyError as exc:
         counters.inc(STAGE, outcome.BAD_REQUEST)
-        return errors.BODY_PROBLEMS[exc.problem]
+        return BodyRoute(errors.BODY_PROBLEMS[exc.problem], None, None, routed=False)
     answer = table.routed_answer(model, stream=stream)
     if answer is None:
         counters.inc(STAGE, outcome.MODEL_NOT_FOUND)
-        return errors.model_not_found(model)
+        return BodyRoute(errors.model_not_found(model), model, stream, routed=False)
     counters.inc(STAGE, outcome.ROUTED)
-    return answer
+    return BodyRoute(answer, model, stream, routed=True)
 
 
-def on_message(request: Any, table: RoutingTable, counters: Counters) -> bytes:
-    """Answer one ProcessingRequest of the routing stage."""
-    kind = request.WhichOneof("request")
-    if kind == "request_body":
-        return decide(request.request_body.body, table, counters)
-    if kind == "request_headers":
-        check = table.check_headers(request.request_headers)
-        if check.refusal is not None:
-            counters.inc(STAGE, outcome.BAD_REQUEST)
-            return check.refusal
-        answer = CONTINUE_REQUEST_HEADERS
-        if request.request_headers.end_of_stream:
-            counters.inc(STAGE, outcome.NO_BODY)
-            answer = BODILESS_ANSWER
-        return answer if check.path is None else with_path(answer, check.path)
-    return PASS_THROUGH.get(kind or "", CONTINUE_REQUEST_HEADERS)
+def decide(body: bytes, table: RoutingTable, counters: Counters) -> bytes:
+    """The serialized answer for a buffered request body."""
+    return read_body(body, table, counters).answer

@@ -8,6 +8,7 @@ from typing import Final
 import grpc
 
 from sluicegate.model import Gateway
+from sluicegate.records import RecordSink
 
 from .admission import AdmissionController, AdmissionPolicy, admission_policy
 from .counters import Counters
@@ -63,6 +64,14 @@ class ExtProcServer:
         policy, table = admission_policy(gateway), RoutingTable.from_model(gateway)
         self.update_admission(policy)
         self.update_table(table)
+        # Metric labels follow the new names (docs/metrics.md, "Cardinality"), and records
+        # go to the new access log.
+        self.service.records.load(gateway)
+
+    @property
+    def records(self) -> RecordSink:
+        """Where Envoy's request records go: metrics, and the access log when set."""
+        return self.service.records
 
     @property
     def admission(self) -> AdmissionController:
@@ -93,7 +102,11 @@ class ExtProcServer:
         )
         server = grpc.aio.server(options=options)
         server.add_generic_rpc_handlers(
-            (self.service.generic_handler(), self.service.access_log_handler())
+            (
+                self.service.generic_handler(),
+                self.service.access_log_handler(),
+                self.service.records_handler(),
+            )
         )
         try:
             port = server.add_insecure_port(address)
@@ -110,6 +123,7 @@ class ExtProcServer:
         if server is not None:
             await server.stop(grace)
             await self.service.admission.close()
+            self.service.records.close()
 
     async def wait_for_termination(self) -> None:
         if self._server is not None:

@@ -17,6 +17,7 @@ from envoy.service.accesslog.v3 import als_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from sluicegate import wire
+from sluicegate.records import RecordSink, logs_handler
 
 from . import counters as outcome
 from . import errors
@@ -62,6 +63,8 @@ class ExtProcService:
         self.counters = counters if counters is not None else Counters()
         self.admission = admission if admission is not None else AdmissionController()
         self._attempt_caches = AttemptCaches()
+        # Request records (docs/metrics.md) count into the registry /metrics serves.
+        self.records = RecordSink(self.admission.metrics.registry)
 
     @property
     def table(self) -> RoutingTable:
@@ -89,6 +92,10 @@ class ExtProcService:
         return grpc.method_handlers_generic_handler(
             ACCESS_LOG_SERVICE_NAME, {ACCESS_LOG_METHOD_NAME: handler}
         )
+
+    def records_handler(self) -> grpc.GenericRpcHandler[Any, bytes]:
+        """OpenTelemetry LogsService.Export: every request's record (sluicegate.records)."""
+        return logs_handler(self.records)
 
     async def _access_logs(
         self, requests: AsyncIterator[Any], _context: grpc.aio.ServicerContext[Any, bytes]
@@ -140,6 +147,8 @@ class ExtProcService:
                     except Exception:
                         log.exception("usage stage failed on a message")
                         counters.inc(wire.STAGE_USAGE, outcome.INTERNAL_ERROR)
+                    if usage.done:
+                        break  # end the call: Envoy closes rather than resets it
             finally:
                 usage.finish()
         elif stage == wire.STAGE_ERROR_BODY:

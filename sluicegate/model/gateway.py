@@ -71,6 +71,12 @@ class Gateway:
     drained: frozenset[str] = frozenset()
     # Said once per load, logged by the caller: routes a drain could not apply to.
     warnings: tuple[str, ...] = ()
+    # Every scenario a request may be reported under: config.DEFAULT_SCENARIO first, then
+    # the declared ones in file order (docs/configuration.md, "Scenarios").
+    scenarios: tuple[str, ...] = (config.DEFAULT_SCENARIO,)
+    # Where the structured access log goes: config.ACCESS_LOG_STDOUT, an absolute file
+    # path, or None for no access log.
+    access_log: str | None = None
 
     @cached_property
     def path_prefixes(self) -> tuple[str, ...]:
@@ -144,4 +150,6 @@ def build_model(
         tenants=resolve_tenants(cfg),
         drained=frozenset(drained),
         warnings=tuple(warning for _, warning in resolved if warning is not None),
+        scenarios=tuple(dict.fromkeys((config.DEFAULT_SCENARIO, *cfg.scenarios))),
+        access_log=None if cfg.access_log is None else cfg.access_log.path,
     )

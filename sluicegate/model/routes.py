@@ -61,6 +61,9 @@ class Route:
     # The route's provider when the config gives it one only. Drains do not change it:
     # a provider's gate and limits follow the file, the same in every ext_proc replica.
     sole_provider: Provider | None = None
+    # What its requests are reported as unless a client picks another declared scenario
+    # (config.DEFAULT_SCENARIO when the route names none).
+    scenario: str = config.DEFAULT_SCENARIO
 
     @property
     def cluster_name(self) -> str:
@@ -216,5 +219,6 @@ def resolve_route(
         default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
         concurrency=route.concurrency,
         sole_provider=providers[configured.pop()] if len(configured) == 1 else None,
+        scenario=route.scenario or config.DEFAULT_SCENARIO,
     )
     return resolved, warning

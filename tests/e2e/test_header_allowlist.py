@@ -22,6 +22,7 @@ from urllib.request import Request, urlopen
 
 import pytest
 
+from sluicegate import wire
 from tests.e2e.stack import own_addresses, running_stack
 from tests.ports import free_ports
 
@@ -36,6 +37,7 @@ PROVIDER_KEY = "sk-provider-a-51c0ffee"
 
 # Every header a client may send that a provider must not see, and what it tries.
 HOSTILE = {
+    wire.SCENARIO_HEADER: "long-generation",
     "cookie": f"session={CLIENT_KEY}",
     "proxy-authorization": f"Bearer {CLIENT_KEY}",
     "x-goog-api-key": CLIENT_KEY,

@@ -64,13 +64,26 @@ def immediate(answer: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
     return response.status.code, json.loads(response.body)["error"], headers
 
 
-def metadata_of(answer: Any) -> dict[str, str]:
-    """The answer's dynamic metadata in the sluicegate namespace (empty when none)."""
+def metadata_of(answer: Any) -> dict[str, Any]:
+    """The answer's dynamic metadata in the sluicegate namespace (empty when none): each
+    value a str, or a float for a number (wire.META_QUEUE_MS)."""
     fields = answer.dynamic_metadata.fields
     if wire.METADATA_NAMESPACE not in fields:
         return {}
     inner = fields[wire.METADATA_NAMESPACE].struct_value.fields
-    return {key: value.string_value for key, value in inner.items()}
+    return {
+        key: value.number_value if value.HasField("number_value") else value.string_value
+        for key, value in inner.items()
+    }
+
+
+def record_of(answer: Any) -> dict[str, Any]:
+    """The request record's part of the answer's metadata (admission/record.py)."""
+    keys = (
+        wire.META_TENANT, wire.META_KEY_NAME, wire.META_MODEL, wire.META_PRIORITY,
+        wire.META_SCENARIO, wire.META_QUEUE_MS, wire.META_STREAM, wire.META_ERROR_CODE,
+    )  # fmt: skip
+    return {key: value for key, value in metadata_of(answer).items() if key in keys}
 
 
 def sample(

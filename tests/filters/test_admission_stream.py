@@ -26,6 +26,7 @@ from .admission_helpers import (
     metadata_of,
     model_of,
     prompt_estimate,
+    record_of,
     sample,
     wait_until,
 )
@@ -312,7 +313,12 @@ async def test_admitted_body_routes_with_the_reservation_in_metadata(
     assert reservation
     assert values == {
         wire.META_TENANT: "team",
+        wire.META_KEY_NAME: "team-key",
         wire.META_MODEL: "gpt-4o",
+        wire.META_PRIORITY: "interactive",
+        wire.META_SCENARIO: "default",
+        wire.META_QUEUE_MS: 0,
+        wire.META_STREAM: "false",
         wire.META_ESTIMATE_INPUT: str(PROMPT),
         wire.META_ESTIMATE_OUTPUT: "50",
         # A JSON answer: its usage comes with the access log, not the observer.
@@ -358,7 +364,15 @@ async def test_tenant_without_limits_routes_without_a_reservation(
 ) -> None:
     stream, answer = await admit(channel, NARROW, body_of("small", max_tokens=5))
     assert routed_model(answer) == "small"
-    assert metadata_of(answer) == {wire.META_TENANT: "narrow", wire.META_MODEL: "small"}
+    assert metadata_of(answer) == {
+        wire.META_TENANT: "narrow",
+        wire.META_KEY_NAME: "narrow-key",
+        wire.META_MODEL: "small",
+        wire.META_PRIORITY: "standard",  # admission.default_priority
+        wire.META_SCENARIO: "default",
+        wire.META_QUEUE_MS: 0,
+        wire.META_STREAM: "false",
+    }
     # Nothing to reconcile: neither the observer nor the access log reads it.
     assert usage_header(answer) == b"none"
     await stream.close()
@@ -558,8 +572,12 @@ async def test_open_gateway_routes_exactly_as_without_admission() -> None:
             assert headers.SerializeToString() == CONTINUE_REQUEST_HEADERS  # key kept
             answer = await stream.body(body)
             await stream.close()
+            # The routing stage's answer, with the request record (record.py) added.
+            record = record_of(answer)
+            answer.ClearField("dynamic_metadata")
             assert answer.SerializeToString() == decide(body, table, Counters()), body
-            assert not answer.HasField("dynamic_metadata")
+            assert record[wire.META_TENANT] == "anonymous"
+            assert wire.META_KEY_NAME not in record  # no key is checked
             if body == OPEN_BODIES[2]:
                 assert routed_model(answer) == "gpt-4o"  # forwarded as before
 
@@ -572,7 +590,14 @@ async def test_open_gateway_with_a_gate_only_admits_anonymously() -> None:
         assert headers.SerializeToString() == CONTINUE_REQUEST_HEADERS  # nothing to check
         answer = await stream.body(body_of("gpt-4o"))
         assert routed_model(answer) == "gpt-4o"
-        assert metadata_of(answer) == {wire.META_TENANT: "anonymous", wire.META_MODEL: "gpt-4o"}
+        assert metadata_of(answer) == {
+            wire.META_TENANT: "anonymous",
+            wire.META_MODEL: "gpt-4o",
+            wire.META_PRIORITY: "standard",
+            wire.META_SCENARIO: "default",
+            wire.META_QUEUE_MS: 0,
+            wire.META_STREAM: "false",
+        }
         assert server.admission.gates["route:chat"].in_flight == 1
         await stream.close()
         await wait_until(lambda: server.admission.gates["route:chat"].in_flight == 0)

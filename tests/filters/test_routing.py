@@ -219,12 +219,12 @@ async def test_unknown_stage_is_500_server_error(channel: grpc.aio.Channel, stag
 async def test_internal_bug_is_500_and_the_stream_goes_on(
     channel: grpc.aio.Channel, ext_proc: ExtProcServer, monkeypatch: pytest.MonkeyPatch
 ):
-    from sluicegate.filters import routing
+    from sluicegate.filters.admission import stream
 
     def broken(*args: object) -> bytes:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(routing, "decide", broken)
+    monkeypatch.setattr(stream, "read_body", broken)
     answers = await exchange(
         channel, ROUTING, body_message(b'{"model": "gpt-4o"}'), headers_message()
     )

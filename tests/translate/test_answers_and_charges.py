@@ -90,7 +90,11 @@ def test_json_answers_with_parameters_have_their_usage_read() -> None:
 
 
 def test_the_usage_log_sends_marked_and_unanswered_requests_only() -> None:
-    (access_log,) = hcm("token_limits").access_log
+    (access_log,) = [
+        log
+        for log in hcm("token_limits").access_log
+        if log.name == "envoy.access_loggers.http_grpc"
+    ]
     marked, unanswered = access_log.filter.or_filter.filters
     assert marked.metadata_filter.matcher.path[0].key == wire.META_USAGE_VIA
     # Envoy's default would log every request lacking the key: each stream twice charged.

@@ -21,7 +21,15 @@ from .controller import AdmissionController
 class UsageStream:
     """One response as the observer sees it."""
 
-    __slots__ = ("_controller", "_finished", "_parser", "_reserved", "_status", "_streaming")
+    __slots__ = (
+        "_controller",
+        "_finished",
+        "_headers_seen",
+        "_parser",
+        "_reserved",
+        "_status",
+        "_streaming",
+    )
 
     def __init__(self, controller: AdmissionController) -> None:
         self._controller = controller
@@ -30,6 +38,15 @@ class UsageStream:
         self._streaming = False
         self._parser: UsageParser | None = None
         self._finished = False
+        self._headers_seen = False
+
+    @property
+    def done(self) -> bool:
+        """Nothing more to read: charged, or the response's headers showed nobody here has
+        to charge it. The server then ends the call itself (service.py), so Envoy's
+        observability-mode stream closes instead of being reset when its deferred close
+        times out (a reset costs grpcio native memory: envoy/bootstrap.py)."""
+        return self._finished or (self._headers_seen and self._reserved is None)
 
     def on_message(self, request: Any) -> None:
         kind = request.WhichOneof("request")
@@ -41,6 +58,7 @@ class UsageStream:
                 self.finish()
 
     def _on_headers(self, request: Any) -> None:
+        self._headers_seen = True
         filter_metadata = request.metadata_context.filter_metadata
         if reported_by_log(filter_metadata):
             return  # one report per request: the usage log has this one

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from sluicegate.config import Concurrency, RateLimits
+from sluicegate.config import DEFAULT_SCENARIO, Concurrency, RateLimits
 from sluicegate.model import Gateway, gate_name
 
 from ..limiter import Limit, OnFailure
@@ -43,6 +43,8 @@ class RoutePolicy:
     model_limits: Mapping[str, tuple[Limit, ...]] = field(default_factory=dict)
     # The limits of the route's provider when it sends to that provider alone.
     provider_limits: tuple[Limit, ...] = ()
+    # What its requests are reported as unless the client picks another (record.py).
+    scenario: str = DEFAULT_SCENARIO
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +75,16 @@ class AdmissionPolicy:
     # Token limits exist, so the gateway reads usage off responses: the usage observer
     # (streams) and the usage access log (JSON answers) are configured (xds usage.py).
     counts_tokens: bool = False
+    # Every scenario a client may pick with wire.SCENARIO_HEADER (the declared ones and
+    # DEFAULT_SCENARIO).
+    scenarios: frozenset[str] = frozenset((DEFAULT_SCENARIO,))
     # Whether any request needs more than model routing; read on every ext_proc message,
     # so worked out once here rather than over every route each time.
     enabled: bool = field(init=False)
+    # Whether a request's scenario can be other than DEFAULT_SCENARIO: only then does the
+    # routing stage without admission read the request headers (the path and the
+    # scenario header) at all.
+    has_scenarios: bool = field(init=False)
 
     def __post_init__(self) -> None:
         enabled = self.keyring is not None or any(
@@ -83,6 +92,7 @@ class AdmissionPolicy:
             for route in self.routes.values()
         )
         object.__setattr__(self, "enabled", enabled)
+        object.__setattr__(self, "has_scenarios", self.scenarios != {DEFAULT_SCENARIO})
 
     def limits_for(
         self, identity: ClientIdentity | None, route: str, model: str
@@ -161,6 +171,7 @@ def admission_policy(gateway: Gateway) -> AdmissionPolicy:
             provider_limits=()
             if only is None
             else _limits(SCOPE_PROVIDER, only.name, only.rate_limits),
+            scenario=route.scenario,
         )
     # A provider's gate exists even when no route sends to it alone (it then gates nothing).
     for provider in gateway.providers:
@@ -195,6 +206,7 @@ def admission_policy(gateway: Gateway) -> AdmissionPolicy:
         default_max_tokens=admission.default_max_tokens,
         max_output_tokens=admission.max_output_tokens,
         counts_tokens=admission.counts_tokens,
+        scenarios=frozenset(gateway.scenarios),
         store=StoreSettings(
             kind=store.kind,
             url=store.url,

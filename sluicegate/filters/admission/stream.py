@@ -16,6 +16,10 @@ closed); the request then waits for a slot at its route's gate in its priority c
 (503 when shed; the reservation is refunded). The answer routes the request and leaves
 dynamic metadata: the reservation for the usage observer, the x-ratelimit-* values for
 the route's response headers.
+
+Without admission (no tenants, limits or gates) only the model is routed (routing.py).
+Either way the stage's last answer to every request, refusals included, carries what it
+learnt for the request record (record.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf import duration_pb2
 
 from sluicegate import wire
+from sluicegate.config import DEFAULT_SCENARIO
 
 from .. import counters as outcome
 from .. import errors
@@ -46,20 +51,28 @@ from ..responses import (
     CONTINUE_REQUEST_HEADERS,
     PASS_THROUGH,
     common,
-    namespace_struct,
+    metadata_field,
+    metadata_fields,
     request_body_answer,
     request_headers_answer,
     set_header,
     with_path,
 )
-from ..routing import BODILESS_ANSWER
-from ..routing import on_message as route_only
+from ..routing import BODILESS_ANSWER, read_body
 from ..table import RoutingTable
 from . import answers
 from .controller import AdmissionController
 from .keyring import ClientIdentity, presented_key
 from .listing import tenant_listing
 from .policy import AdmissionPolicy, TenantPolicy
+from .record import (
+    ANONYMOUS,
+    NO_SCENARIO,
+    record_fields,
+    routed_record,
+    scenario_of,
+    with_record,
+)
 
 STAGE: Final = wire.STAGE_ROUTING
 NO_CLASS: Final = "none"  # priority label before a class is known
@@ -111,7 +124,11 @@ def small_json_answer(path: str | None, facts: RequestFacts, estimate: Usage) ->
 
 
 # The request headers the admission stage reads.
-_READ: Final = frozenset((":method", ":path", wire.PRIORITY_HEADER, *wire.CLIENT_KEY_HEADERS))
+_READ: Final = frozenset(
+    (":method", ":path", wire.PRIORITY_HEADER, wire.SCENARIO_HEADER, *wire.CLIENT_KEY_HEADERS)
+)
+# Without admission, only what picks the scenario: the path (which route) and the header.
+_READ_FOR_SCENARIO: Final = frozenset((":path", wire.SCENARIO_HEADER))
 
 # Reservation ids: unique across replicas (random per process) and cheap per request.
 _PROCESS_TOKEN: Final = os.urandom(6).hex()
@@ -140,12 +157,7 @@ class _Waiting:
     admitted: Callable[[], bytes]
 
 
-def _metadata_answer(values: dict[str, str]) -> bytes:
-    message = ep.ProcessingResponse(
-        dynamic_metadata=namespace_struct(wire.METADATA_NAMESPACE, values)
-    )
-    result: bytes = message.SerializeToString()
-    return result
+_USAGE_VIA_LOG: Final = metadata_field(wire.META_USAGE_VIA, wire.USAGE_VIA_LOG)
 
 
 class AdmissionStream:
@@ -155,12 +167,18 @@ class AdmissionStream:
         "_controller",
         "_counters",
         "_identity",
+        "_model",
+        "_model_routed",
         "_path",
         "_policy",
         "_priority_header",
+        "_queued_s",
         "_reservation",
         "_routed",
+        "_scenario",
+        "_scenario_header",
         "_slots",
+        "_stream",
         "_table",
         "_waiting",
     )
@@ -179,16 +197,23 @@ class AdmissionStream:
         self._routed = False
         self._slots: list[Slot] = []
         self._waiting: _Waiting | None = None
+        # For the request record (record.py), as learnt: None is not known yet.
+        self._scenario_header: str | None = None
+        self._model: str | None = None
+        self._model_routed = False  # a route serves self._model
+        self._stream: bool | None = None
+        self._scenario = NO_SCENARIO
+        self._queued_s = 0.0
 
     async def on_message(self, request: Any) -> bytes:
-        policy = self._policy
-        if not policy.enabled:
-            return route_only(request, self._table, self._counters)
         kind = request.WhichOneof("request")
         if kind == "request_headers":
             return self._on_headers(request.request_headers)
         if kind == "request_body":
-            return await self._on_body(request.request_body.body)
+            body = request.request_body.body
+            if not self._policy.enabled:
+                return self._route_only(body)
+            return await self._on_body(body)
         return PASS_THROUGH.get(kind or "", CONTINUE_REQUEST_HEADERS)
 
     def close(self) -> None:
@@ -214,15 +239,18 @@ class AdmissionStream:
 
     def _headers_answer(self, message: Any) -> bytes:
         bodiless = message.end_of_stream
-        keyring = self._policy.keyring
+        policy = self._policy
+        keyring = policy.keyring
         if bodiless and keyring is None:
             # No body, no model: only routes without a provider can match (404, listings).
             self._counters.inc(STAGE, outcome.NO_BODY)
-            return BODILESS_ANSWER
-        # Decode only the few headers admission reads (a request carries twenty or more).
-        headers = {h.key: header_text(h) for h in message.headers.headers if h.key in _READ}
+            return self._bodiless(BODILESS_ANSWER, policy.default_priority)
+        if not policy.enabled:
+            if policy.has_scenarios:
+                self._read_headers(message, _READ_FOR_SCENARIO)
+            return CONTINUE_REQUEST_HEADERS
+        headers = self._read_headers(message, _READ)
         self._priority_header = headers.get(wire.PRIORITY_HEADER)
-        self._path = headers.get(":path")
         if keyring is None:
             return CONTINUE_REQUEST_HEADERS
         key = presented_key(headers)
@@ -237,6 +265,7 @@ class AdmissionStream:
         # A listing, a 404: keys are checked on these too, so none is open to anyone.
         self._counters.inc(STAGE, outcome.NO_BODY)
         tenant = self._tenant()
+        priority = tenant.priority if tenant is not None else policy.default_priority
         if tenant is not None and tenant.allowed_models is not None:
             answer = tenant_listing(
                 headers.get(":method"),
@@ -245,8 +274,35 @@ class AdmissionStream:
                 tenant.allowed_models,
             )
             if answer is not None:
-                return answer
-        return BODILESS_KEY_REMOVED
+                return self._bodiless(answer, priority, made_here=True)
+        return self._bodiless(BODILESS_KEY_REMOVED, priority)
+
+    def _read_headers(self, message: Any, names: frozenset[str]) -> dict[str, str]:
+        """Decode only the headers in `names` (a request carries twenty or more)."""
+        headers = {h.key: header_text(h) for h in message.headers.headers if h.key in names}
+        self._path = headers.get(":path")
+        self._scenario_header = headers.get(wire.SCENARIO_HEADER)
+        return headers
+
+    def _bodiless(self, answer: bytes, priority: str, *, made_here: bool = False) -> bytes:
+        """A request without a body is answered on its headers: no model, no stream."""
+        self._stream = False
+        return with_record(answer, self._record(priority), made_here=made_here)
+
+    # ----- request body without admission -----------------------------------------------
+
+    def _route_only(self, body: bytes) -> bytes:
+        """Route the model (routing.py); the class reported is the default one, the only
+        one there is without admission (the priority header is not read)."""
+        answer, model, stream, routed = read_body(body, self._table, self._counters)
+        self._model, self._stream = model, stream
+        if not routed or model is None or stream is None:
+            return self._refuse("not_routed", NO_CLASS, answer)
+        self._model_routed = True
+        info = self._table.route_for(model, self._path)
+        scenario = self._scenario = NO_SCENARIO if info is None else self._scenario_of(info.route)
+        priority = self._policy.default_priority
+        return answer + routed_record(ANONYMOUS, None, model, priority, scenario, stream)
 
     # ----- request body ------------------------------------------------------------------
 
@@ -258,11 +314,14 @@ class AdmissionStream:
             self._counters.inc(STAGE, outcome.BAD_REQUEST)
             answer = errors.body_error(exc, max_output_tokens=policy.max_output_tokens)
             return self._refuse("bad_request", NO_CLASS, answer)
+        self._model, self._stream = facts.model, facts.stream
         info = self._table.route_for(facts.model, self._path)
         routed = self._table.routed_answer(facts.model, stream=facts.stream)
         if info is None or routed is None:
             self._counters.inc(STAGE, outcome.MODEL_NOT_FOUND)
             return self._refuse("model_not_found", NO_CLASS, errors.model_not_found(facts.model))
+        self._model_routed = True
+        self._scenario = self._scenario_of(info.route)
         tenant = self._tenant()
         models = None if tenant is None else tenant.allowed_models
         if tenant is not None and models is not None and facts.model not in models:
@@ -283,7 +342,10 @@ class AdmissionStream:
         self._counters.inc(STAGE, outcome.ROUTED)
         if not limits and not gates and self._identity is None:
             self._routed = True
-            return routed + USAGE_UNREAD if policy.counts_tokens else routed
+            record = routed_record(
+                ANONYMOUS, None, facts.model, priority, self._scenario, facts.stream
+            )
+            return routed + record + USAGE_UNREAD if policy.counts_tokens else routed + record
         default_max = route.default_max_tokens if route is not None else policy.default_max_tokens
         estimate = Usage(
             facts.prompt_tokens, estimate_output_tokens(facts.max_tokens, facts.n, default_max)
@@ -343,6 +405,7 @@ class AdmissionStream:
             except Shed as shed:
                 queue_time = self._controller.metrics.queue_time
                 queue_time.labels(pending.priority, "shed").observe(shed.queued_s)
+                self._queued_s += shed.queued_s
                 self.close()  # frees slots taken so far and refunds the reservation
                 return self._refuse(f"shed_{shed.reason}", pending.priority, answers.shed(shed))
             self._taken(slot, pending.priority)
@@ -350,6 +413,7 @@ class AdmissionStream:
 
     def _taken(self, slot: Slot, priority: str) -> None:
         self._slots.append(slot)
+        self._queued_s += slot.queued_s
         self._controller.metrics.queue_time.labels(priority, "admitted").observe(slot.queued_s)
 
     def _override_timeout(self, gates: tuple[str, ...], priority: str) -> bytes:
@@ -375,40 +439,63 @@ class AdmissionStream:
     ) -> bytes:
         self._routed = True
         self._controller.metrics.decisions.labels("admitted", priority).inc()
+        record = self._record(priority)
         if not self._policy.counts_tokens:  # no usage is read anywhere
-            return routed + self._metadata(facts.model, estimate, decision, by_log=False)
+            return with_record(routed, record + self._admission_fields(estimate, decision))
         if self._reservation is None:
             reader = USAGE_UNREAD
         elif not facts.stream and small_json_answer(self._path, facts, estimate):
             reader = USAGE_BY_LOG
         else:
             reader = USAGE_BY_OBSERVER
-        by_log = reader is USAGE_BY_LOG
-        return routed + self._metadata(facts.model, estimate, decision, by_log=by_log) + reader
+        fields = record + self._admission_fields(estimate, decision, by_log=reader is USAGE_BY_LOG)
+        return with_record(routed, fields) + reader
 
-    def _metadata(
-        self, model: str, estimate: Usage, decision: Decision | None, *, by_log: bool
+    def _admission_fields(
+        self, estimate: Usage, decision: Decision | None, *, by_log: bool = False
     ) -> bytes:
-        values = {
-            wire.META_TENANT: self._tenant_label(),
-            wire.META_MODEL: model,
-        }
+        """The reservation (for whoever reads the usage: charge.py) and the x-ratelimit-*
+        values (for the route's response headers), besides the record's fields."""
+        values: dict[str, str | float] = {}
         if self._reservation is not None:
             values[wire.META_RESERVATION] = self._reservation
             values[wire.META_ESTIMATE_INPUT] = str(estimate.input_tokens)
             values[wire.META_ESTIMATE_OUTPUT] = str(estimate.output_tokens)
-            if by_log:
-                values[wire.META_USAGE_VIA] = wire.USAGE_VIA_LOG
         if decision is not None:
             for _, key, value in answers.ratelimit_values(decision.states):
                 values[key] = value
-        return _metadata_answer(values)
+        fields = metadata_fields(values) if values else b""
+        return fields + _USAGE_VIA_LOG if by_log and self._reservation is not None else fields
 
     # ----- helpers -----------------------------------------------------------------------
 
+    def _record(self, priority: str) -> bytes:
+        """The request record's fields as known now (record.py)."""
+        identity = self._identity
+        return record_fields(
+            tenant=self._tenant_label(),
+            key_name=None if identity is None else identity.key,
+            model=self._model,
+            routed=self._model_routed,
+            priority=priority,
+            scenario=self._scenario,
+            queued_s=self._queued_s,
+            stream=self._stream,
+        )
+
     def _refuse(self, outcome_name: str, priority: str, answer: bytes) -> bytes:
-        self._controller.metrics.decisions.labels(outcome_name, priority).inc()
-        return answer
+        """`answer`, an error the filter made, with the request record (and, with
+        admission, counted among the admission decisions)."""
+        if self._policy.enabled:
+            self._controller.metrics.decisions.labels(outcome_name, priority).inc()
+        return with_record(answer, self._record(priority), made_here=True)
+
+    def _scenario_of(self, route: str) -> str:
+        """The scenario of a request `route` serves (record.scenario_of)."""
+        policy = self._policy
+        route_policy = policy.routes.get(route)
+        declared = DEFAULT_SCENARIO if route_policy is None else route_policy.scenario
+        return scenario_of(declared, self._scenario_header, policy.scenarios)
 
     def _tenant(self) -> TenantPolicy | None:
         if self._identity is None:
@@ -416,7 +503,7 @@ class AdmissionStream:
         return self._policy.tenants.get(self._identity.tenant)
 
     def _tenant_label(self) -> str:
-        return self._identity.tenant if self._identity is not None else "anonymous"
+        return self._identity.tenant if self._identity is not None else ANONYMOUS
 
     def _allowed_classes(self, tenant: TenantPolicy | None) -> list[str]:
         classes = list(self._policy.classes)

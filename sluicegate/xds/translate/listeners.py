@@ -53,6 +53,7 @@ from ._proto import duration_ms, duration_s, pack, struct
 from .error_bodies import error_body_filter
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
+from .record_log import record_access_log
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
 from .usage import usage_access_log, usage_filters
 
@@ -134,12 +135,13 @@ def request_timeout_ms(limits: Limits, admission: Admission) -> int:
 def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilter]:
     """ext_proc routing (admission) → [usage observer, json_to_metadata] → fault → error
     bodies → router."""
-    # With admission the routing stage writes dynamic metadata (the reservation and the
-    # x-ratelimit-* values); Envoy drops what a filter may not write into a namespace.
+    # The routing stage writes dynamic metadata on every request (the request record's
+    # facts, and with admission the reservation and the x-ratelimit-* values); Envoy drops
+    # what a filter may not write into a namespace.
     routing = ext_proc_config(
         wire.STAGE_ROUTING,
         limits,
-        metadata_namespaces=(wire.METADATA_NAMESPACE,) if admission.enabled else (),
+        metadata_namespaces=(wire.METADATA_NAMESPACE,),
         longest_queue_wait_ms=admission.longest_queue_wait_ms,
     )
     filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
@@ -196,7 +198,12 @@ def _http_connection_manager(
         early_header_mutation_extensions=[_strip_internal_headers()],
         http_filters=_http_filters(limits, admission),
         local_reply_config=local_reply_config(limits),
-        access_log=[usage_access_log()] if admission.counts_tokens else [],
+        # The usage log charges reservations; the record log feeds /metrics (every
+        # request). Two logs for now: docs/metrics.md, "Two access logs".
+        access_log=[
+            *([usage_access_log()] if admission.counts_tokens else []),
+            record_access_log(),
+        ],
     )
 
 

@@ -1,0 +1,75 @@
+"""Metric labels with bounded cardinality: only names the config declares.
+
+A label value is one of the names the resolved model declares (routes, providers, served
+models, tenants, priority classes, scenarios) or `other`; a value the request did not
+have is `none`. So a client that asks for a million model names, or a provider that
+answers with odd headers, adds at most one series per label (docs/metrics.md,
+"Cardinality"). No key, hash or key name is ever a label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from sluicegate.model import Gateway
+
+from .record import RequestRecord
+
+OTHER: Final = "other"
+NONE: Final = "none"
+# Label names, in the order `Declared.labels` gives their values.
+LABELS: Final = ("route", "provider", "model", "tenant", "priority", "scenario")
+# Written by the routing stage when no key names a tenant, and the scenario of a route
+# that declares none (docs/configuration.md): always allowed.
+ANONYMOUS_TENANT: Final = "anonymous"
+DEFAULT_SCENARIO: Final = "default"
+
+
+def _bounded(value: str, declared: frozenset[str]) -> str:
+    if value in declared:
+        return value
+    # The routing stage writes "none" for a class it had not resolved when it refused.
+    return OTHER if value and value != NONE else NONE
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """What one config load declares, for labels and for the model sent."""
+
+    routes: frozenset[str] = frozenset()
+    providers: frozenset[str] = frozenset()
+    models: frozenset[str] = frozenset()
+    tenants: frozenset[str] = frozenset({ANONYMOUS_TENANT})
+    priorities: frozenset[str] = frozenset()
+    scenarios: frozenset[str] = frozenset({DEFAULT_SCENARIO})
+    # provider -> (client model -> provider model)
+    model_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_gateway(cls, gateway: Gateway, scenarios: Iterable[str] | None = None) -> Declared:
+        """`scenarios`: the declared scenario names (default: the config's `scenarios:`)."""
+        scenarios = gateway.scenarios if scenarios is None else scenarios
+        admission = gateway.admission
+        return cls(
+            routes=frozenset(route.name for route in gateway.routes),
+            providers=frozenset(provider.name for provider in gateway.providers),
+            models=frozenset(model for route in gateway.routes for model in route.models),
+            tenants=frozenset(tenant.name for tenant in gateway.tenants) | {ANONYMOUS_TENANT},
+            priorities=frozenset(item.name for item in admission.priority_classes)
+            | {admission.default_priority},
+            scenarios=frozenset(scenarios) | {DEFAULT_SCENARIO},
+            model_maps={p.name: dict(p.model_map) for p in gateway.providers if p.model_map},
+        )
+
+    def labels(self, record: RequestRecord) -> tuple[str, str, str, str, str, str]:
+        """The record's label values, in LABELS order."""
+        return (
+            _bounded(record.route, self.routes),
+            _bounded(record.provider, self.providers),
+            _bounded(record.model, self.models),
+            _bounded(record.tenant, self.tenants),
+            _bounded(record.priority, self.priorities),
+            _bounded(record.scenario, self.scenarios),
+        )

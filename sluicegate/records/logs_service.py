@@ -1,0 +1,47 @@
+"""OpenTelemetry's LogsService.Export, served on the ext_proc servers' gRPC port.
+
+Envoy's record access log (xds/translate/record_log.py) sends a batch of request records
+per flush as one unary call. The venv's opentelemetry-proto ships no gRPC stub, so this
+is a generic handler; the answer (ExportLogsServiceResponse) is sent empty: everything
+was accepted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+import grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+from .sink import RecordSink
+
+LOGS_SERVICE_NAME: Final = "opentelemetry.proto.collector.logs.v1.LogsService"
+LOGS_METHOD_NAME: Final = "Export"
+# An ExportLogsServiceResponse with no partial_success: its wire form is empty.
+_EXPORT_ANSWER: Final = b""
+
+log = logging.getLogger(__name__)
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def logs_handler(sink: RecordSink) -> grpc.GenericRpcHandler[Any, bytes]:
+    """LogsService.Export, feeding each batch to `sink`."""
+
+    async def export(request: Any, _context: grpc.aio.ServicerContext[Any, bytes]) -> bytes:
+        try:
+            sink.on_export(request)
+        except Exception:
+            # A bug must not make Envoy retry or drop the logger: answer, and say so.
+            log.exception("request records failed on a batch")
+        return _EXPORT_ANSWER
+
+    handler = grpc.unary_unary_rpc_method_handler(
+        export,
+        request_deserializer=logs_service_pb2.ExportLogsServiceRequest.FromString,
+        response_serializer=_identity,
+    )
+    return grpc.method_handlers_generic_handler(LOGS_SERVICE_NAME, {LOGS_METHOD_NAME: handler})

@@ -1,0 +1,214 @@
+"""RequestRecord: what one request was, decoded from the log record Envoy sent for it.
+
+Envoy's OpenTelemetry access log (xds/translate/record_log.py) sends one log record per
+request, its attributes strings named by wire.RECORD_* (docs/metrics.md, "The record").
+`decode` turns one into a RequestRecord and never raises: a missing attribute, Envoy's
+"-" for a value it does not have, a number that does not parse or is out of range, and
+metadata that is not a JSON object each leave that field empty ("" or None), so one odd
+entry costs its own fields, never the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sluicegate import wire
+
+# Envoy's value for a format command it has nothing for.
+_ABSENT: Final = "-"
+# A string field longer than this is cut: the model comes from a client's body.
+MAX_TEXT: Final = 256
+# Microsecond timings and counts beyond this are not a request's (about 31 years in µs).
+_MAX_DIGITS: Final = 15
+# JSON numbers read as token counts must be whole and below 2**53 (exact in a double).
+_MAX_COUNT: Final = 2**53
+
+# An Envoy answer's response flag -> the OpenAI error `code` docs/architecture.md's table
+# gives that answer ("Replies Envoy makes itself"); first flag found wins.
+_FLAG_CODES: Final = (
+    ("UO", "upstream_overflow"),
+    ("UH", "no_healthy_upstream"),
+    ("UT", "upstream_timeout"),
+    ("UF", "upstream_connect_error"),
+    ("UC", "upstream_reset"),
+    ("UR", "upstream_reset"),
+    ("SI", "stream_idle_timeout"),
+    ("FI", "fault_injected"),
+    ("OM", "gateway_overloaded"),
+    ("DC", "client_closed"),
+)
+_EXT_PROC_DETAILS: Final = "sluicegate_"
+PROVIDER_ERROR: Final = "provider_error"  # a provider's own error answer (via_upstream)
+GATEWAY_ERROR: Final = "gateway_error"  # any other error answer Envoy made itself
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request, admitted or refused. Text fields are "" when unknown, numbers None.
+    Times are seconds from the request's first byte (Envoy's DS_RX_BEG)."""
+
+    route: str
+    provider: str  # the provider that answered the last attempt
+    model: str  # as the client asked
+    model_sent: str  # as that provider was asked (its model_map applied)
+    tenant: str
+    key_name: str  # the key's name in the config, never the key
+    priority: str
+    scenario: str
+    status: int  # 0: no response was sent (the client left first)
+    status_class: str  # "2xx" … "5xx", or "none"
+    flags: str  # Envoy's response flags, e.g. "UT,URX"
+    code_details: str
+    error_code: str  # "" for an answer that is not an error
+    attempts: int  # upstream attempts; 0 for a request no provider saw
+    stream: bool
+    queue_s: float | None
+    first_upstream_byte_s: float | None  # the provider's response headers
+    ttft_s: float | None  # the provider's first body byte: time to first token
+    first_downstream_byte_s: float | None
+    duration_s: float | None  # the last byte sent to the client
+    input_tokens: int | None
+    output_tokens: int | None
+    start_unix_ns: int  # when the request began (wall clock); 0 if unknown
+
+
+def _text(value: str | None) -> str:
+    if not value or value == _ABSENT:
+        return ""
+    return value if len(value) <= MAX_TEXT else value[:MAX_TEXT]
+
+
+def _count(value: str | None) -> int | None:
+    """A whole non-negative decimal as Envoy writes them; anything else None."""
+    if value and len(value) <= _MAX_DIGITS and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
+def _seconds_from_us(value: str | None) -> float | None:
+    micros = _count(value)
+    return None if micros is None else micros / 1_000_000
+
+
+def _json_object(value: str | None) -> Mapping[str, Any]:
+    if not value or value == _ABSENT:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _meta_text(meta: Mapping[str, Any], key: str) -> str:
+    value = meta.get(key)
+    return _text(value) if isinstance(value, str) else ""
+
+
+def _tokens(usage: Mapping[str, Any], *keys: str) -> int | None:
+    """The first member that is a whole count (JSON numbers come as doubles: 20.0)."""
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isfinite(value) and value == int(value) and 0 <= value < _MAX_COUNT:
+            return int(value)
+    return None
+
+
+def _queue_seconds(value: Any) -> float | None:
+    """wire.META_QUEUE_MS: milliseconds, a number or its decimal text."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0 or value > 1e12:
+        return None
+    return value / 1000
+
+
+def _stream(meta: Mapping[str, Any], content_type: str) -> bool:
+    """What the routing stage saw in the body (wire.META_STREAM); without it, whether the
+    answer was an event stream."""
+    value = meta.get(wire.META_STREAM)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value in ("true", "false"):
+        return value == "true"
+    return content_type.lower().startswith("text/event-stream")
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status <= 599 else "none"
+
+
+def error_code(meta_code: str, status: int, details: str, flags: str) -> str:
+    """The ext_proc server's own code when it answered; else, for an error answer, a
+    provider's (PROVIDER_ERROR) or one named by Envoy's response flags."""
+    if meta_code:
+        return meta_code
+    if 100 <= status < 400:
+        return ""
+    # The ext_proc server's answers carry their code in the details (filters/responses.py).
+    if status >= 400 and details.startswith(_EXT_PROC_DETAILS) and len(details) <= 64:
+        return details[len(_EXT_PROC_DETAILS) :]
+    if status >= 400 and details == "via_upstream":
+        return PROVIDER_ERROR
+    for flag, code in _FLAG_CODES:
+        if flag in flags:
+            return code
+    return GATEWAY_ERROR if status >= 400 else ""
+
+
+def attributes_of(log_record: Any) -> dict[str, str]:
+    """The record's attributes as key -> string (Envoy sends each as a string value)."""
+    return {item.key: item.value.string_value for item in log_record.attributes}
+
+
+def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> RequestRecord:
+    """One OTel LogRecord (opentelemetry.proto.logs.v1) as a RequestRecord; `model_maps`
+    is each provider's model_map (client model -> provider model). Never raises."""
+    attrs = attributes_of(log_record)
+    meta = _json_object(attrs.get(wire.RECORD_METADATA))
+    usage = _json_object(attrs.get(wire.RECORD_USAGE))
+    provider = _text(attrs.get(wire.RECORD_PROVIDER))
+    model = _meta_text(meta, wire.META_MODEL)
+    status = _count(attrs.get(wire.RECORD_STATUS)) or 0
+    if status > 999:
+        status = 0
+    flags = _text(attrs.get(wire.RECORD_FLAGS))
+    details = _text(attrs.get(wire.RECORD_DETAILS))
+    model_sent = model_maps.get(provider, {}).get(model, model) if provider else ""
+    start = getattr(log_record, "time_unix_nano", 0)
+    return RequestRecord(
+        route=_text(attrs.get(wire.RECORD_ROUTE)),
+        provider=provider,
+        model=model,
+        model_sent=model_sent,
+        tenant=_meta_text(meta, wire.META_TENANT),
+        key_name=_meta_text(meta, wire.META_KEY_NAME),
+        priority=_meta_text(meta, wire.META_PRIORITY),
+        scenario=_meta_text(meta, wire.META_SCENARIO),
+        status=status,
+        status_class=status_class(status),
+        flags=flags,
+        code_details=details,
+        error_code=error_code(_meta_text(meta, wire.META_ERROR_CODE), status, details, flags),
+        attempts=_count(attrs.get(wire.RECORD_ATTEMPTS)) or 0,
+        stream=_stream(meta, _text(attrs.get(wire.RECORD_CONTENT_TYPE))),
+        queue_s=_queue_seconds(meta.get(wire.META_QUEUE_MS)),
+        first_upstream_byte_s=_seconds_from_us(attrs.get(wire.RECORD_FIRST_UPSTREAM_BYTE_US)),
+        ttft_s=_seconds_from_us(attrs.get(wire.RECORD_FIRST_UPSTREAM_BODY_US)),
+        first_downstream_byte_s=_seconds_from_us(attrs.get(wire.RECORD_FIRST_DOWNSTREAM_BYTE_US)),
+        duration_s=_seconds_from_us(attrs.get(wire.RECORD_LAST_DOWNSTREAM_BYTE_US)),
+        input_tokens=_tokens(usage, "prompt_tokens", "input_tokens"),
+        output_tokens=_tokens(usage, "completion_tokens", "output_tokens"),
+        start_unix_ns=start if isinstance(start, int) and start > 0 else 0,
+    )

@@ -1,0 +1,136 @@
+"""Request records end to end: `sluicegate up` on the quickstart, requests through a real
+Envoy, and the latency metrics on up's /metrics (docs/metrics.md).
+
+Counts and labels only: the values are the benchmark's job (benchmarks/latency_metrics.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from sluicegate.testing import quickstart_on_free_ports
+from tests.e2e.stack import Stack, running_stack
+
+pytestmark = pytest.mark.e2e
+
+DEMO_KEY = "sk-sluicegate-demo"
+BAD_KEY = "sk-not-a-key-of-anyone"
+HELLO = [{"role": "user", "content": "hello"}]
+DURATION = "gen_ai_server_request_duration_seconds"
+TTFT = "gen_ai_server_time_to_first_token_seconds"
+
+
+def _post(stack: Stack, body: dict[str, Any], key: str = DEMO_KEY) -> int:
+    request = urllib.request.Request(
+        stack.gateway + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", "authorization": f"Bearer {key}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            response.read()  # a stream to its end
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        err.read()
+        return err.code
+
+
+def _metrics(stack: Stack) -> str:
+    url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def _samples(text: str, name: str) -> Iterator[Sample]:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                yield sample
+
+
+def _count_by_class(text: str) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for sample in _samples(text, DURATION + "_count"):
+        klass = sample.labels["status_class"]
+        counts[klass] = counts.get(klass, 0) + sample.value
+    return counts
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    with running_stack(tmp_path, quickstart_on_free_ports(tmp_path)) as running:
+        yield running
+
+
+def _wait_for(stack: Stack, done: Callable[[str], bool]) -> str:
+    """/metrics once `done` holds for it: Envoy sends records every 100 ms (bounded wait)."""
+    deadline = time.monotonic() + 15
+    text = _metrics(stack)
+    while not done(text) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        text = _metrics(stack)
+    return text
+
+
+def test_every_request_is_counted_with_declared_labels(stack: Stack) -> None:
+    # The stack's readiness probe (GET /v1/models without a key: 401) was a request too;
+    # it was the last before the stack served, so once its record is in, all are.
+    before = _count_by_class(_wait_for(stack, lambda text: "missing_api_key" in text))
+    sent = {"2xx": 0, "4xx": 0}
+    for body in (
+        {"model": "qwen-plus", "messages": HELLO},
+        {"model": "qwen-plus", "messages": HELLO},
+        {"model": "gpt-4o-mini", "messages": HELLO, "stream": True},
+        {"model": "gpt-4o-mini", "messages": HELLO, "stream": True},
+    ):
+        assert _post(stack, body) == 200
+        sent["2xx"] += 1
+    assert _post(stack, {"model": "qwen-plus", "messages": HELLO}, key=BAD_KEY) == 401
+    assert _post(stack, {"model": "no-such-model", "messages": HELLO}) == 404
+    sent["4xx"] += 2
+    expected = {k: before.get(k, 0) + sent.get(k, 0) for k in before.keys() | sent.keys()}
+
+    text = _wait_for(stack, lambda text: _count_by_class(text) == expected)
+    assert _count_by_class(text) == expected, text
+
+    ok = [
+        s.labels for s in _samples(text, DURATION + "_count") if s.labels["status_class"] == "2xx"
+    ]
+    assert {(labels["route"], labels["model"]) for labels in ok} == {
+        ("qwen", "qwen-plus"),
+        ("mini", "gpt-4o-mini"),
+    }
+    assert {labels["provider"] for labels in ok} <= {"alpha", "beta"}
+    assert {labels["tenant"] for labels in ok} == {"demo"}
+    assert {labels["priority"] for labels in ok} <= {"interactive", "none"}
+
+    streams = list(_samples(text, TTFT + "_count"))
+    assert sum(s.value for s in streams) == 2
+    assert {(s.labels["route"], s.labels["model"]) for s in streams} == {("mini", "gpt-4o-mini")}
+
+    refused = {
+        s.labels["error_code"]: s.labels
+        for s in _samples(text, "sluicegate_requests_total")
+        if s.labels["status_class"] == "4xx"
+    }
+    assert refused.keys() == {"missing_api_key", "invalid_api_key", "model_not_found"}
+    # No refusal matched a model route (Envoy's own "not-found", "models" are not routes).
+    assert {labels["route"] for labels in refused.values()} == {"other"}
+    assert refused["invalid_api_key"]["tenant"] == "anonymous"
+    # The unknown model is a model all the same, but its name is no label.
+    assert refused["model_not_found"]["model"] == "other"
+    assert refused["model_not_found"]["tenant"] == "demo"
+    assert "no-such-model" not in text
+
+    for secret in (DEMO_KEY, BAD_KEY, "sha256:"):
+        assert secret not in text

@@ -1,0 +1,195 @@
+"""decode: one log record -> RequestRecord, and never an exception, whatever Envoy sent."""
+
+from __future__ import annotations
+
+import json
+import string
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluicegate import wire
+from sluicegate.records import Declared, decode
+from sluicegate.records.record import MAX_TEXT, error_code, status_class
+
+from .helpers import gateway, log_record, streamed
+
+MAPS = Declared.from_gateway(gateway()).model_maps
+KEYS = [
+    getattr(wire, name)
+    for name in dir(wire)
+    if name.startswith("RECORD_") and name != "RECORD_LOG_NAME"
+]
+
+
+def test_a_stream_decodes_every_field() -> None:
+    record = decode(log_record(streamed(), time_unix_nano=1_700_000_000_000_000_000), MAPS)
+    assert (record.route, record.provider, record.model, record.model_sent) == (
+        "chat", "alpha", "m", "m-alpha",
+    )  # fmt: skip
+    assert (record.tenant, record.key_name, record.priority, record.scenario) == (
+        "acme", "ci", "interactive", "default",
+    )  # fmt: skip
+    assert (record.status, record.status_class, record.error_code) == (200, "2xx", "")
+    assert (record.flags, record.code_details, record.attempts) == ("", "via_upstream", 1)
+    assert record.stream is True
+    assert record.queue_s == 0.0125
+    assert record.first_upstream_byte_s == 0.0015
+    assert record.ttft_s == 0.3
+    assert record.first_downstream_byte_s == 0.0016
+    assert record.duration_s == 0.68
+    assert (record.input_tokens, record.output_tokens) == (7, 20)
+    assert record.start_unix_ns == 1_700_000_000_000_000_000
+
+
+def test_a_provider_without_a_map_is_sent_the_model_asked() -> None:
+    record = decode(log_record(streamed(**{wire.RECORD_PROVIDER: "beta"})), MAPS)
+    assert record.model_sent == "m"
+
+
+def test_a_refused_request_has_no_provider_timings_or_usage() -> None:
+    # As Envoy 1.40 sent a 401 the routing stage answered (probe, docs/metrics.md).
+    attributes = {
+        wire.RECORD_ROUTE: "not-found", wire.RECORD_PROVIDER: "-", wire.RECORD_CLUSTER: "-",
+        wire.RECORD_STATUS: "401", wire.RECORD_FLAGS: "-",
+        wire.RECORD_DETAILS: "sluicegate_invalid_api_key", wire.RECORD_ATTEMPTS: "0",
+        wire.RECORD_CONTENT_TYPE: "application/json",
+        wire.RECORD_FIRST_UPSTREAM_BYTE_US: "-", wire.RECORD_FIRST_UPSTREAM_BODY_US: "-",
+        wire.RECORD_FIRST_DOWNSTREAM_BYTE_US: "3314", wire.RECORD_LAST_DOWNSTREAM_BYTE_US: "3342",
+        wire.RECORD_METADATA: "-", wire.RECORD_USAGE: "-",
+    }  # fmt: skip
+    record = decode(log_record(attributes), MAPS)
+    assert (record.provider, record.model_sent, record.tenant) == ("", "", "")
+    assert (record.status_class, record.error_code) == ("4xx", "invalid_api_key")
+    assert record.attempts == 0
+    assert record.ttft_s is None and record.first_upstream_byte_s is None
+    assert record.duration_s == 0.003342
+    assert record.input_tokens is None and record.output_tokens is None
+    assert record.stream is False
+
+
+def test_nothing_at_all_is_an_empty_record() -> None:
+    record = decode(log_record({}), MAPS)
+    assert record.route == "" and record.status == 0 and record.status_class == "none"
+    assert record.duration_s is None and record.queue_s is None and record.attempts == 0
+    assert record.error_code == ""
+
+
+def test_garbage_numbers_are_none() -> None:
+    for bad in ("", "-", "abc", "-5", "1.5", "1e3", " 12", "١٢", "²", "9" * 40):
+        record = decode(
+            log_record(
+                streamed(**{
+                    wire.RECORD_STATUS: bad, wire.RECORD_ATTEMPTS: bad,
+                    wire.RECORD_LAST_DOWNSTREAM_BYTE_US: bad,
+                    wire.RECORD_FIRST_UPSTREAM_BODY_US: bad,
+                })
+            ),
+            MAPS,
+        )  # fmt: skip
+        assert record.duration_s is None and record.ttft_s is None, bad
+        assert record.status == 0 and record.attempts == 0, bad
+
+
+def test_huge_values_stay_in_range() -> None:
+    record = decode(
+        log_record(
+            streamed(**{
+                wire.RECORD_STATUS: "99999",
+                wire.RECORD_LAST_DOWNSTREAM_BYTE_US: "999999999999999",
+                wire.RECORD_USAGE: json.dumps({"prompt_tokens": 1e300,
+                                               "completion_tokens": 2**60}),
+                wire.RECORD_METADATA: json.dumps({wire.META_QUEUE_MS: 1e308,
+                                                  wire.META_MODEL: "x" * 10_000}),
+            })
+        ),
+        MAPS,
+    )  # fmt: skip
+    assert record.status == 0 and record.status_class == "none"
+    assert record.duration_s == 999_999_999.999999
+    assert record.input_tokens is None and record.output_tokens is None
+    assert record.queue_s is None
+    assert len(record.model) == MAX_TEXT
+
+
+def test_odd_metadata_and_usage_are_ignored() -> None:
+    for meta, usage in [
+        ("not json", "{"),
+        ("[1, 2]", "null"),
+        (
+            '{"tenant": 5, "model": null, "stream": "yes", "queue_ms": "abc"}',
+            '{"prompt_tokens": true}',
+        ),
+        ('{"queue_ms": -1}', '{"prompt_tokens": -3, "completion_tokens": 2.5}'),
+        ('{"queue_ms": NaN}', '{"prompt_tokens": Infinity}'),
+        ("[" * 100_000, "{" * 100_000),
+    ]:
+        record = decode(
+            log_record(streamed(**{wire.RECORD_METADATA: meta, wire.RECORD_USAGE: usage})), MAPS
+        )
+        assert record.tenant == "" and record.model == "" and record.queue_s is None, meta
+        assert record.input_tokens is None and record.output_tokens is None, usage
+
+
+def test_usage_members_of_the_responses_api_count_too() -> None:
+    usage = json.dumps({"input_tokens": 3, "output_tokens": 4})
+    record = decode(log_record(streamed(**{wire.RECORD_USAGE: usage})), MAPS)
+    assert (record.input_tokens, record.output_tokens) == (3, 4)
+
+
+def test_queue_ms_may_be_text() -> None:
+    meta = json.dumps({wire.META_QUEUE_MS: "250"})
+    assert decode(log_record(streamed(**{wire.RECORD_METADATA: meta})), MAPS).queue_s == 0.25
+
+
+def test_without_the_stream_key_an_event_stream_answer_is_a_stream() -> None:
+    meta = json.dumps({wire.META_MODEL: "m"})
+    sse = decode(log_record(streamed(**{wire.RECORD_METADATA: meta})), MAPS)
+    json_answer = decode(
+        log_record(
+            streamed(**{wire.RECORD_METADATA: meta, wire.RECORD_CONTENT_TYPE: "application/json"})
+        ),
+        MAPS,
+    )
+    assert sse.stream is True and json_answer.stream is False
+    said_no = json.dumps({wire.META_STREAM: "false"})
+    assert decode(log_record(streamed(**{wire.RECORD_METADATA: said_no})), MAPS).stream is False
+
+
+def test_status_classes() -> None:
+    assert [status_class(s) for s in (0, 99, 100, 204, 399, 404, 503, 599, 600)] == [
+        "none", "none", "1xx", "2xx", "3xx", "4xx", "5xx", "5xx", "none",
+    ]  # fmt: skip
+
+
+def test_error_codes() -> None:
+    assert error_code("rate_limit_exceeded", 429, "sluicegate_rate_limit_exceeded", "") == (
+        "rate_limit_exceeded"
+    )
+    assert error_code("", 429, "sluicegate_rate_limit_exceeded", "") == "rate_limit_exceeded"
+    assert error_code("", 200, "via_upstream", "") == ""
+    assert error_code("", 500, "via_upstream", "") == "provider_error"
+    assert error_code("", 503, "upstream_reset_before_response_started{x}", "URX,UF") == (
+        "upstream_connect_error"
+    )
+    assert error_code("", 503, "upstream_reset_before_response_started{x}", "UO") == (
+        "upstream_overflow"
+    )
+    assert error_code("", 504, "upstream_per_try_timeout", "UT") == "upstream_timeout"
+    assert error_code("", 0, "downstream_remote_disconnect", "DC") == "client_closed"
+    assert error_code("", 0, "", "") == ""
+    assert error_code("", 500, "some_envoy_thing", "") == "gateway_error"
+
+
+texts = st.one_of(
+    st.just("-"), st.text(max_size=40), st.text(string.digits, max_size=25),
+    st.from_regex(r"\{.*\}", fullmatch=True),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(KEYS), texts), st.integers(0, 2**64 - 1))
+def test_decode_never_raises(attributes: dict[str, str], start: int) -> None:
+    record = decode(log_record(attributes, time_unix_nano=start), MAPS)
+    assert record.duration_s is None or record.duration_s >= 0
+    assert record.input_tokens is None or record.input_tokens >= 0

@@ -1,0 +1,60 @@
+"""The request record's access log: on every listener, every request, in a form Envoy 1.40
+reads without a deprecation warning (docs/metrics.md, "The record")."""
+
+from __future__ import annotations
+
+from envoy.config.listener.v3 import listener_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from google.protobuf import json_format
+from xds.type.v3 import typed_struct_pb2
+
+from sluicegate import wire
+from sluicegate.xds.translate import LISTENER, translate
+from sluicegate.xds.translate.record_log import OTEL_ACCESS_LOG, OTEL_CONFIG_TYPE_URL
+
+from .cases import model_of
+
+
+def _record_logs(case: str) -> list[dict[str, object]]:
+    configs = []
+    for listener in translate(model_of(case))[LISTENER]:
+        assert isinstance(listener, listener_pb2.Listener)
+        manager = hcm_pb2.HttpConnectionManager()
+        assert listener.filter_chains[0].filters[-1].typed_config.Unpack(manager)
+        for log in manager.access_log:
+            if log.name == OTEL_ACCESS_LOG:
+                assert not log.HasField("filter"), "every request is recorded"
+                typed = typed_struct_pb2.TypedStruct()
+                assert log.typed_config.Unpack(typed)
+                assert typed.type_url == OTEL_CONFIG_TYPE_URL
+                configs.append(json_format.MessageToDict(typed.value))
+    return configs
+
+
+def test_every_listener_records_every_request_with_or_without_admission() -> None:
+    for case in ("single_provider", "token_limits", "several_listeners"):
+        configs = _record_logs(case)
+        assert len(configs) == len(model_of(case).listeners), case
+        for config in configs:
+            # The non-deprecated top-level fields, not common_config.
+            assert "common_config" not in config
+            assert config["log_name"] == wire.RECORD_LOG_NAME
+            assert config["grpc_service"] == {
+                "envoy_grpc": {"cluster_name": wire.EXT_PROC_SIDE_CLUSTER}
+            }
+            assert config["buffer_flush_interval"] == "0.100s"
+
+
+def test_the_record_carries_the_time_to_first_token_as_the_first_body_byte() -> None:
+    (config,) = _record_logs("single_provider")
+    attributes = {
+        item["key"]: item["value"]["string_value"]
+        for item in config["attributes"]["values"]  # type: ignore[index]
+    }
+    assert attributes[wire.RECORD_FIRST_UPSTREAM_BODY_US] == (
+        "%COMMON_DURATION(DS_RX_BEG:US_RX_BODY_BEG:us)%"
+    )
+    assert attributes[wire.RECORD_METADATA] == f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE})%"
+    assert attributes[wire.RECORD_USAGE] == (f"%DYNAMIC_METADATA({wire.USAGE_METADATA_NAMESPACE})%")
