@@ -147,7 +147,6 @@ def _log_record() -> Any:
     }  # fmt: skip
     attributes = {
         wire.RECORD_ROUTE: "bench", wire.RECORD_PROVIDER: "mock",
-        wire.RECORD_CLUSTER: "route-bench", wire.RECORD_STATUS: "200",
         wire.RECORD_FLAGS: "-", wire.RECORD_DETAILS: "via_upstream",
         wire.RECORD_ATTEMPTS: "1", wire.RECORD_CONTENT_TYPE: "text/event-stream",
         wire.RECORD_FIRST_UPSTREAM_BYTE_US: "303512",

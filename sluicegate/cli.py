@@ -57,7 +57,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_ext_proc(args: argparse.Namespace) -> int:
     from sluicegate.stack.replica import run_ext_proc
 
-    return _run_async(run_ext_proc(Path(args.config), args.address, None, args.http))
+    last_good = Path(args.last_good) if args.last_good else None
+    return _run_async(run_ext_proc(Path(args.config), args.address, None, args.http, last_good))
 
 
 def _cmd_control_plane(args: argparse.Namespace) -> int:
@@ -118,7 +119,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     down = [p for p in document.get("processes", []) if p.get("state") != "up"]
     for process in down:
         print(f"{process['kind']} {process['name']} is {process['state']}", file=sys.stderr)
-    return 0 if last.get("ok", False) and not nacked and not down else 1
+    # Up but not answering `up` (hung): named by `up`'s /status (stack/up_http.py).
+    silent = [part for part in ("control_plane", "ext_proc") if document.get(part)]
+    for part in silent:
+        print(f"{part} is {document[part]}", file=sys.stderr)
+    return 0 if last.get("ok", False) and not nacked and not down and not silent else 1
 
 
 def _cmd_drain(args: argparse.Namespace) -> int:
@@ -189,7 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--no-mocks", action="store_true", help="do not start mock providers")
     up.add_argument(
         "--work-dir",
-        help="where Envoy's bootstrap and logs go (default: a temporary folder, removed on exit)",
+        help="where the logs, Envoy's bootstrap, the sockets and stack.json go; the next up "
+        "on it adopts the children of one that was killed (default: a folder of yours in "
+        "the temp directory, the same for the same config file, removed on a clean exit)",
     )
     up.set_defaults(func=_cmd_up)
 
@@ -202,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--http",
         "--metrics",
         help="serve its /metrics and /status on HOST:PORT or unix:/path (default: none)",
+    )
+    replica.add_argument(
+        "--last-good",
+        help="keep the file's last good version here, and serve it when the file is invalid "
+        "at start (as after a crash)",
     )
     replica.set_defaults(func=_cmd_ext_proc)
 

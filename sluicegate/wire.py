@@ -72,6 +72,17 @@ META_SCENARIO: Final = "scenario"
 META_QUEUE_MS: Final = "queue_ms"
 META_STREAM: Final = "stream"
 META_ERROR_CODE: Final = "error_code"
+# Values the routing stage writes there that the records' labels must know: the tenant of
+# a request without a client key (always a declared tenant), and the priority of a
+# request refused before its class was resolved (labelled as a missing value).
+ANONYMOUS_TENANT: Final = "anonymous"
+NO_PRIORITY_CLASS: Final = "none"
+# An ext_proc server's answer carries `<prefix><its OpenAI error code>` as Envoy's
+# response code details (filters/responses.py); the record reads the code back from it.
+EXT_PROC_DETAILS_PREFIX: Final = "sluicegate_"
+# The error `code` of a provider's error answer the gateway wraps in OpenAI's JSON
+# (filters/error_body.py), and the record's code of any provider error answer.
+PROVIDER_ERROR: Final = "provider_error"
 # A client chooses the request's scenario among the declared ones (`scenarios:`) with
 # this header; stripped before a provider sees it (the header allowlist).
 SCENARIO_HEADER: Final = "x-sluicegate-scenario"
@@ -81,7 +92,6 @@ SCENARIO_HEADER: Final = "x-sluicegate-scenario"
 RECORD_LOG_NAME: Final = "sluicegate-record"
 RECORD_ROUTE: Final = "route"
 RECORD_PROVIDER: Final = "provider"
-RECORD_CLUSTER: Final = "cluster"
 RECORD_STATUS: Final = "status"
 RECORD_FLAGS: Final = "flags"
 RECORD_DETAILS: Final = "details"

@@ -21,6 +21,7 @@ import yaml
 
 from sluicegate.process import die_with_parent
 from sluicegate.testing import children_of, cpu_by_role, free_ports
+from sluicegate.testing.recorded_stack import stop_recorded_stack
 
 from .processes import stop_tree, wait_listening
 
@@ -108,7 +109,8 @@ class UpStack:
         self.admin = "http://" + doc.get("sluicegate", {}).get("envoy_admin", "127.0.0.1:9901")
         self.http = "http://" + doc.get("sluicegate", {}).get("http", "127.0.0.1:9100")
         self.log_path = self.dir / log_name
-        argv = [*launcher, "up", str(config), "--work-dir", str(run_dir or self.dir / "run"),
+        self.run_dir = run_dir or self.dir / "run"
+        argv = [*launcher, "up", str(config), "--work-dir", str(self.run_dir),
                 "--envoy-concurrency", "1", *extra]  # fmt: skip
         with self.log_path.open("wb") as log:  # the child keeps its own copy
             self.process = subprocess.Popen(
@@ -203,7 +205,10 @@ class UpStack:
         return found
 
     def stop(self, grace_s: float = 20.0) -> list[int]:
-        return stop_tree(self.process, grace_s=grace_s)
+        """Stop `up` and its children; then whatever its work directory's stack.json
+        still names (children adopted from a killed `up` are not its by parentage).
+        Returns the pids that had to be killed or stopped apart."""
+        return stop_tree(self.process, grace_s=grace_s) + stop_recorded_stack(self.run_dir)
 
 
 def start_stacks(

@@ -58,7 +58,7 @@ def wrapped_body(status: int, body: bytes) -> bytes:
     if not text:
         text = f"The provider answered {status} without a message."
     kind = "invalid_request_error" if 400 <= status < 500 else "server_error"
-    return openai_error(text, type=kind, code="provider_error")
+    return openai_error(text, type=kind, code=wire.PROVIDER_ERROR)
 
 
 class ErrorBodyStream:

@@ -18,6 +18,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
+from sluicegate import wire
+
 _OVERWRITE: Final = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 _JSON_CONTENT_TYPE: Final = base_pb2.HeaderValueOption(
     header=base_pb2.HeaderValue(key="content-type", raw_value=b"application/json"),
@@ -205,7 +207,8 @@ def immediate_error(
     """Serialized `ImmediateResponse` carrying an OpenAI-style JSON error (and any extra
     response headers, e.g. Retry-After and x-ratelimit-* on a 429)."""
     body = openai_error(message, type=type, param=param, code=code)
-    return immediate_json(status, body, details=f"sluicegate_{code or type}", headers=headers)
+    details = f"{wire.EXT_PROC_DETAILS_PREFIX}{code or type}"
+    return immediate_json(status, body, details=details, headers=headers)
 
 
 def immediate_json(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from types import TracebackType
 from typing import Final
 
@@ -14,6 +15,8 @@ from .admission import AdmissionController, AdmissionPolicy, admission_policy
 from .counters import Counters
 from .service import ExtProcService
 from .table import RoutingTable
+
+log = logging.getLogger("sluicegate.filters")
 
 # Bodies up to the configured 64 MiB limit, plus room for the envelope.
 DEFAULT_MAX_MESSAGE_BYTES: Final = 72 * 1024 * 1024
@@ -65,8 +68,13 @@ class ExtProcServer:
         self.update_admission(policy)
         self.update_table(table)
         # Metric labels follow the new names (docs/metrics.md, "Cardinality"), and records
-        # go to the new access log.
-        self.service.records.load(gateway)
+        # go to the new access log. One that cannot be opened (validation only warns about
+        # a missing directory) is logged, and the last one stays: never a crash.
+        try:
+            self.service.records.load(gateway)
+        except OSError as err:
+            log.error("access_log %s cannot be opened (%s); the previous one stays",
+                      gateway.access_log, err)  # fmt: skip
 
     @property
     def records(self) -> RecordSink:

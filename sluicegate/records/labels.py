@@ -9,28 +9,26 @@ answers with odd headers, adds at most one series per label (docs/metrics.md,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from sluicegate import wire
 from sluicegate.model import Gateway
 
 from .record import RequestRecord
 
 OTHER: Final = "other"
-NONE: Final = "none"
+# A value the request did not have; also the routing stage's priority for a request it
+# refused before resolving its class.
+NONE: Final = wire.NO_PRIORITY_CLASS
 # Label names, in the order `Declared.labels` gives their values.
 LABELS: Final = ("route", "provider", "model", "tenant", "priority", "scenario")
-# Written by the routing stage when no key names a tenant, and the scenario of a route
-# that declares none (docs/configuration.md): always allowed.
-ANONYMOUS_TENANT: Final = "anonymous"
-DEFAULT_SCENARIO: Final = "default"
 
 
 def _bounded(value: str, declared: frozenset[str]) -> str:
     if value in declared:
         return value
-    # The routing stage writes "none" for a class it had not resolved when it refused.
     return OTHER if value and value != NONE else NONE
 
 
@@ -41,25 +39,25 @@ class Declared:
     routes: frozenset[str] = frozenset()
     providers: frozenset[str] = frozenset()
     models: frozenset[str] = frozenset()
-    tenants: frozenset[str] = frozenset({ANONYMOUS_TENANT})
+    # A request without a client key is always the routing stage's anonymous tenant.
+    tenants: frozenset[str] = frozenset({wire.ANONYMOUS_TENANT})
     priorities: frozenset[str] = frozenset()
-    scenarios: frozenset[str] = frozenset({DEFAULT_SCENARIO})
+    scenarios: frozenset[str] = frozenset()
     # provider -> (client model -> provider model)
     model_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def from_gateway(cls, gateway: Gateway, scenarios: Iterable[str] | None = None) -> Declared:
-        """`scenarios`: the declared scenario names (default: the config's `scenarios:`)."""
-        scenarios = gateway.scenarios if scenarios is None else scenarios
+    def from_gateway(cls, gateway: Gateway) -> Declared:
         admission = gateway.admission
         return cls(
             routes=frozenset(route.name for route in gateway.routes),
             providers=frozenset(provider.name for provider in gateway.providers),
             models=frozenset(model for route in gateway.routes for model in route.models),
-            tenants=frozenset(tenant.name for tenant in gateway.tenants) | {ANONYMOUS_TENANT},
+            tenants=frozenset(t.name for t in gateway.tenants) | {wire.ANONYMOUS_TENANT},
             priorities=frozenset(item.name for item in admission.priority_classes)
             | {admission.default_priority},
-            scenarios=frozenset(scenarios) | {DEFAULT_SCENARIO},
+            # Gateway.scenarios include the default scenario (config.DEFAULT_SCENARIO).
+            scenarios=frozenset(gateway.scenarios),
             model_maps={p.name: dict(p.model_map) for p in gateway.providers if p.model_map},
         )
 

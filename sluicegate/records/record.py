@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sluicegate import wire
+from sluicegate import local_replies, wire
 
 # Envoy's value for a format command it has nothing for.
 _ABSENT: Final = "-"
@@ -27,23 +27,11 @@ _MAX_DIGITS: Final = 15
 # JSON numbers read as token counts must be whole and below 2**53 (exact in a double).
 _MAX_COUNT: Final = 2**53
 
-# An Envoy answer's response flag -> the OpenAI error `code` docs/architecture.md's table
-# gives that answer ("Replies Envoy makes itself"); first flag found wins.
-_FLAG_CODES: Final = (
-    ("UO", "upstream_overflow"),
-    ("UH", "no_healthy_upstream"),
-    ("UT", "upstream_timeout"),
-    ("UF", "upstream_connect_error"),
-    ("UC", "upstream_reset"),
-    ("UR", "upstream_reset"),
-    ("SI", "stream_idle_timeout"),
-    ("FI", "fault_injected"),
-    ("OM", "gateway_overloaded"),
-    ("DC", "client_closed"),
-)
-_EXT_PROC_DETAILS: Final = "sluicegate_"
-PROVIDER_ERROR: Final = "provider_error"  # a provider's own error answer (via_upstream)
-GATEWAY_ERROR: Final = "gateway_error"  # any other error answer Envoy made itself
+# Not an answer: no response was sent because the client left first (status 0, flag DC).
+CLIENT_CLOSED: Final = "client_closed"
+_CLIENT_DISCONNECT_FLAG: Final = "DC"
+# Longer details are no ext_proc server's answer (codes are short snake_case names).
+_MAX_DETAILS_CODE: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,21 +138,25 @@ def status_class(status: int) -> str:
 
 
 def error_code(meta_code: str, status: int, details: str, flags: str) -> str:
-    """The ext_proc server's own code when it answered; else, for an error answer, a
-    provider's (PROVIDER_ERROR) or one named by Envoy's response flags."""
+    """The OpenAI error `code` the client got ("" for none: a success, or a reply whose
+    code is null). The ext_proc server's own answers carry it in the metadata or the
+    details; a provider's error answer is wire.PROVIDER_ERROR (its own code is not read);
+    Envoy's own replies get the code local_reply_config gave them, read from the same
+    table (sluicegate.local_replies). A request nobody answered is CLIENT_CLOSED when the
+    client left (flag DC), else ""."""
     if meta_code:
         return meta_code
-    if 100 <= status < 400:
+    flag_set = local_replies.split_flags(flags)
+    if status == 0:
+        return CLIENT_CLOSED if _CLIENT_DISCONNECT_FLAG in flag_set else ""
+    if status < 400:
         return ""
-    # The ext_proc server's answers carry their code in the details (filters/responses.py).
-    if status >= 400 and details.startswith(_EXT_PROC_DETAILS) and len(details) <= 64:
-        return details[len(_EXT_PROC_DETAILS) :]
-    if status >= 400 and details == "via_upstream":
-        return PROVIDER_ERROR
-    for flag, code in _FLAG_CODES:
-        if flag in flags:
-            return code
-    return GATEWAY_ERROR if status >= 400 else ""
+    prefix = wire.EXT_PROC_DETAILS_PREFIX
+    if details.startswith(prefix) and len(details) <= len(prefix) + _MAX_DETAILS_CODE:
+        return details[len(prefix) :]
+    if details == "via_upstream":
+        return wire.PROVIDER_ERROR
+    return local_replies.local_reply_code(status, details, flag_set) or ""
 
 
 def attributes_of(log_record: Any) -> dict[str, str]:

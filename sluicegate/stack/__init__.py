@@ -1,4 +1,10 @@
-"""The running stack: control plane process composition for `sluicegate up`.
+"""The running stack: the processes of `sluicegate up` and the servers they run.
+
+`up` (stack/up.py) carries no traffic: it starts the mock providers, the control plane
+(`sluicegate control-plane`, stack/control_plane.py), the main ext_proc server and the
+replicas (`sluicegate ext-proc`, stack/replica.py) and Envoy as child processes,
+restarts any that dies (stack/supervisor.py), adopts those a killed `up` left running
+(stack/adoption.py) and answers `/status` for all of them (stack/up_http.py).
 
 Names are imported on first use, so `sluicegate ext-proc` (stack.replica) does not load
 the control plane, the xDS server and the translator it never uses: a replica that `up`

@@ -57,6 +57,7 @@ def mock_specs(config: Config, keys: Mapping[str, str | None], log_dir: Path) ->
                 argv=mock_argv(provider.name, port, key, config),
                 log_path=log_dir / f"mock-{provider.name}.log",
                 env={_KEY_ENV: key} if key else None,
+                matched_env=(_KEY_ENV,) if key else (),
             )
         )
     return specs

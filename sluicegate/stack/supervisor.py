@@ -2,11 +2,15 @@
 
 A child that exits (a crash, `kill -9`, an OOM kill) is reaped at once (so nothing is
 left <defunct>), logged with its exit status (unknown for one adopted from an earlier
-`up`, stack/adoption.py), and started again after a backoff:
+`up`, stack/adoption.py: `last_exit` null), and started again after a backoff:
 0.1 s for the first restart, doubling for each further crash in a row up to 10 s, back
 to 0.1 s once a child has served 30 s. It counts as up again when its port accepts a
-connection. `/status` lists every child (`Supervisor.status`) and `sluicegate status`
-exits non-zero while one is not up.
+connection. A child is never started on an address another process already listens
+on: at start `up` refuses, naming that process; on a restart (the old process is gone,
+so a listener there is someone else's) the attempt counts as failed and is retried
+with the backoff, instead of the child dying with "address in use" while its port,
+answering, made it look up. `/status` lists every child (`Supervisor.status`) and
+`sluicegate status` exits non-zero while one is not up.
 
 Polling `Popen.poll()` every 100 ms costs a few waitpid calls; no Python runs on a
 request's path for it.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from sluicegate.config import split_host_port
+from sluicegate.stack.address_holder import in_use_message
 from sluicegate.stack.adoption import AdoptedProcess, Recorded, adopt
 from sluicegate.stack.children import ProcessHandle, accepts, spawn, stop, wait_listening
 
@@ -40,7 +46,9 @@ _START_TIMEOUT_S: Final = 30.0
 class ChildSpec:
     """How to start one child: `kind` and `name` say what it is (for logs and /status),
     `address` where it listens, `log_path` where its output goes (None: to `up`'s own).
-    `env` may carry a secret: it is never shown."""
+    `env` may carry a secret: it is never shown. `matched_env` names the environment
+    variables (of `env`, or inherited from `up`'s) that carry its keys: a process
+    adopted from an earlier `up` must have been started with the same values."""
 
     kind: str
     name: str
@@ -48,6 +56,12 @@ class ChildSpec:
     argv: Sequence[str]
     log_path: Path | None
     env: Mapping[str, str] | None = field(default=None, repr=False)
+    matched_env: tuple[str, ...] = ()
+
+    def expected_env(self) -> dict[str, str | None]:
+        """The values of `matched_env` this `up` would start the child with."""
+        merged = {**os.environ, **(self.env or {})}
+        return {name: merged.get(name) for name in self.matched_env}
 
 
 class Child:
@@ -84,7 +98,7 @@ class Child:
 
     def adopt(self, recorded: Recorded | None) -> bool:
         """Take over the recorded process if it still runs this child's command."""
-        process = adopt(recorded, self.spec.argv)
+        process = adopt(recorded, self.spec.argv, self.spec.expected_env())
         if process is None:
             return False
         self.process = process
@@ -118,15 +132,25 @@ class Child:
 
 
 def start_children(
-    specs: Sequence[ChildSpec], recorded: Mapping[tuple[str, str], Recorded] | None = None
+    specs: Sequence[ChildSpec],
+    recorded: Mapping[tuple[str, str], Recorded] | None = None,
+    on_started: Callable[[Child], None] = lambda _: None,
 ) -> list[Child]:
     """Start every child (or adopt the `recorded` process that runs its command), then
-    wait until each listens; on any failure stop them all."""
-    children = [Child(spec) for spec in specs]
+    wait until each listens; on any failure stop them all. `on_started` is called as
+    soon as each has a process (`up` records it then: were `up` killed while the others
+    start, the next `up` still finds it). A child whose address already accepts
+    connections is not started: RuntimeError names the process that holds it."""
+    children: list[Child] = []
     try:
-        for child in children:
-            if not child.adopt((recorded or {}).get((child.spec.kind, child.name))):
+        for spec in specs:
+            child = Child(spec)
+            if not child.adopt((recorded or {}).get((spec.kind, spec.name))):
+                if accepts(spec.address):
+                    raise RuntimeError(in_use_message(f"{spec.kind} {spec.name}", spec.address))
                 child.spawn()
+            children.append(child)
+            on_started(child)
         for child in children:
             child.wait_listening()
     except BaseException:
@@ -190,7 +214,7 @@ class Supervisor:
         child = self.children[index]
         try:
             child.crashes_in_row = 1 if child.served_long() else child.crashes_in_row + 1
-            child.last_exit = code
+            child.last_exit = None if code == AdoptedProcess.UNKNOWN_EXIT else code
             child.set_state("down")
             delay = backoff_s(child.crashes_in_row)
             status = "unknown" if code == AdoptedProcess.UNKNOWN_EXIT else str(code)
@@ -198,14 +222,26 @@ class Supervisor:
                       child.spec.kind, child.name, child.process and child.process.pid,
                       status, delay)  # fmt: skip
             await asyncio.sleep(delay)
+            if self.stopping.is_set():  # `up` stops while we waited: start nothing
+                return
+            # The old process is gone, so a listener there is another process's: the
+            # child would die with "address in use" while the port answered for it.
+            # The old process stays reaped: the next poll retries, with the backoff.
+            if await asyncio.to_thread(accepts, child.spec.address):
+                log.error("%s", in_use_message(f"{child.spec.kind} {child.name}",
+                                               child.spec.address))  # fmt: skip
+                return
             try:
                 child.spawn()
-            except OSError as err:  # the old process stays reaped: the next poll retries
+            except OSError as err:
                 log.error("cannot start %s %s: %s", child.spec.kind, child.name, err)
                 return
             child.restarts += 1
             assert child.process is not None
-            self.on_change()
+            try:
+                self.on_change()
+            except Exception:  # recording the stack must not leave the child `starting`
+                log.exception("after starting %s %s", child.spec.kind, child.name)
             deadline = time.monotonic() + _START_TIMEOUT_S
             while child.process.poll() is None and time.monotonic() < deadline:
                 if await asyncio.to_thread(accepts, child.spec.address, 0.5):

@@ -7,7 +7,8 @@ the control plane (`sluicegate control-plane`), the main ext_proc server and the
 replicas (`sluicegate ext-proc`), its own endpoint, and finally Envoy (bootstrapped to
 take everything else from the control plane). SIGINT or SIGTERM stops all of it in
 reverse order. If `up` itself is killed, the children serve on, and the next `up` on
-the same work directory adopts them (stack/adoption.py).
+the same work directory adopts them (stack/adoption.py). One `up` runs on a work
+directory at a time (stack/work_dir.py, `hold_lock`).
 """
 
 from __future__ import annotations
@@ -19,15 +20,22 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sluicegate.config import ConfigError, load_config, resolve_api_keys
-from sluicegate.stack.adoption import record, recorded_children, running_up, stop_recorded
+from sluicegate.config import Config, ConfigError, load_config, resolve_api_keys
+from sluicegate.stack.adoption import (
+    Recorded,
+    record,
+    recorded_children,
+    still_running,
+    stop_recorded,
+)
 from sluicegate.stack.envoy_child import envoy_spec, wait_ready
 from sluicegate.stack.heap import settle_heap
 from sluicegate.stack.mocks import mock_specs
-from sluicegate.stack.replica import replica_specs
+from sluicegate.stack.replica import LAST_GOOD_NAME, replica_specs
 from sluicegate.stack.supervisor import (
     Child,
     ChildSpec,
@@ -36,7 +44,7 @@ from sluicegate.stack.supervisor import (
     stop_children,
 )
 from sluicegate.stack.up_http import ChildEndpoint, start_up_http
-from sluicegate.stack.work_dir import default_work_dir, socket_dir
+from sluicegate.stack.work_dir import WorkDirBusy, default_work_dir, hold_lock, socket_dir
 
 log = logging.getLogger("sluicegate.up")
 
@@ -64,11 +72,26 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
         return 2
     work_dir = (options.work_dir or default_work_dir(path)).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
-    other = running_up(work_dir)
-    if other is not None:
-        log.error("another sluicegate up (pid %d) runs on %s; stop it first", other, work_dir)
+    try:
+        lock = hold_lock(work_dir)
+    except WorkDirBusy as err:
+        log.error("%s", err)
         return 2
+    try:
+        return await _run_locked(options, path, config, keys, work_dir, stop_event)
+    finally:
+        os.close(lock)
 
+
+async def _run_locked(
+    options: UpOptions,
+    path: Path,
+    config: Config,
+    keys: Mapping[str, str | None],
+    work_dir: Path,
+    stop_event: asyncio.Event | None,
+) -> int:
+    """The stack's life, while this `up` holds the work directory's lock."""
     stop_event = stop_event or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -82,8 +105,8 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
     # Make-before-use order; stopped in reverse.
     specs = [
         *(mock_specs(config, keys, work_dir) if options.start_mocks else []),
-        _control_plane_spec(path, addresses.xds, control_plane_http, work_dir),
-        _main_ext_proc_spec(path, addresses.ext_proc, ext_proc_http),
+        _control_plane_spec(path, addresses.xds, control_plane_http, work_dir, config),
+        _main_ext_proc_spec(path, addresses.ext_proc, ext_proc_http, work_dir),
         *replica_specs(path, addresses.ext_proc_replicas, work_dir),
     ]
     # Envoy last, once `up`'s endpoint answers: /status works whenever the gateway does.
@@ -94,9 +117,13 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
                    concurrency=options.envoy_concurrency)
     ] if options.start_envoy else []  # fmt: skip
     recorded = recorded_children(work_dir)
+    # What stack.json must keep naming until each is adopted, stopped or gone: were
+    # `up` killed while it starts the stack, the next `up` still finds them.
+    pending = dict(recorded)
     for key, left in recorded.items():
         if key not in {(spec.kind, spec.name) for spec in [*specs, *envoy]}:
             stop_recorded(left)  # left by an earlier `up` of another config
+            del pending[key]
 
     async with contextlib.AsyncExitStack() as stack:
         if options.work_dir is None:
@@ -112,15 +139,19 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
             stack.push(remove_unless_failed)
 
         def record_stack() -> None:
-            record(work_dir, os.getpid(),
-                   [(c.spec.kind, c.name, c.process.pid, list(c.spec.argv))
-                    for c in supervisor.children if c.process is not None])  # fmt: skip
+            ours = [Recorded.of(c.spec.kind, c.name, c.process.pid, c.spec.argv)
+                    for c in supervisor.children if c.process is not None]  # fmt: skip
+            left = [r for r in pending.values() if still_running(r)]
+            record(work_dir, [*left, *(r for r in ours if r is not None)])
+
+        def record_started(child: Child) -> None:
+            pending.pop((child.spec.kind, child.name), None)
+            supervisor.add([child])
+            record_stack()
 
         def start(specs: list[ChildSpec]) -> list[Child]:
-            children = start_children(specs, recorded)
+            children = start_children(specs, recorded, on_started=record_started)
             stack.callback(stop_children, children)
-            supervisor.add(children)
-            record_stack()
             for child in children:
                 log.info("%s %s on %s (pid %s)", child.spec.kind, child.name,
                          child.spec.address, child.process and child.process.pid)  # fmt: skip
@@ -158,14 +189,23 @@ def _sluicegate(*args: str) -> list[str]:
     return [sys.executable, "-m", "sluicegate", *verbose, *args]
 
 
-def _control_plane_spec(path: Path, xds: str, http: str, work_dir: Path) -> ChildSpec:
+def _control_plane_spec(
+    path: Path, xds: str, http: str, work_dir: Path, config: Config
+) -> ChildSpec:
     """The control plane: ADS on `xds`, its endpoint on `http`; it logs to `up`'s output
-    (reloads and their rejections are what a user of `up` watches)."""
+    (reloads and their rejections are what a user of `up` watches). It reads the
+    providers' keys from the environment variables the file names (`api_key.env`),
+    inherited from `up`: an adopted one must have the same values."""
     argv = _sluicegate("control-plane", str(path), "--xds", xds, "--http", http,
                        "--drained-file", str(work_dir / "drained.json"))  # fmt: skip
-    return ChildSpec(kind="control_plane", name="xds", address=xds, argv=argv, log_path=None)
+    names = sorted({p.api_key.env for p in config.providers if p.api_key and p.api_key.env})
+    return ChildSpec(kind="control_plane", name="xds", address=xds, argv=argv, log_path=None,
+                     matched_env=tuple(names))  # fmt: skip
 
 
-def _main_ext_proc_spec(path: Path, address: str, http: str) -> ChildSpec:
-    argv = _sluicegate("ext-proc", str(path), "--address", address, "--http", http)
+def _main_ext_proc_spec(path: Path, address: str, http: str, work_dir: Path) -> ChildSpec:
+    """The main ext_proc server; like the replicas, it keeps the file's last good version
+    in the work directory and serves it if restarted while the file is invalid."""
+    argv = _sluicegate("ext-proc", str(path), "--address", address, "--http", http,
+                       "--last-good", str(work_dir / LAST_GOOD_NAME))  # fmt: skip
     return ChildSpec(kind="ext_proc", name="main", address=address, argv=argv, log_path=None)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from sluicegate.testing import alive, children_of
+from sluicegate.testing.recorded_stack import stop_recorded_stack
 from tests.ports import free_ports
 
 
@@ -102,19 +103,26 @@ def start_up(
 
 @contextmanager
 def running_stack(tmp: Path, doc: dict[str, Any], *extra_args: str,
-                  timeout_s: float = 30.0) -> Iterator[Stack]:  # fmt: skip
-    """Start `sluicegate up` on doc; on exit SIGTERM it and check nothing is left running."""
+                  timeout_s: float = 60.0) -> Iterator[Stack]:  # fmt: skip
+    """Start `sluicegate up` on doc; on exit SIGTERM it and check nothing is left running.
+
+    Cleans up through `stack.process`, whichever `up` it is by then (a test may kill
+    the first and start another), and also stops every child recorded in the work
+    directory's stack.json: adopted children are not the second `up`'s by parentage."""
     config_path = tmp / "sluicegate.yaml"
     config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     log_path = tmp / "up.log"
-    process = start_up(config_path, tmp / "work", log_path, *extra_args)
-    stack = Stack(config_path, doc, process, log_path)
+    work_dir = tmp / "work"
+    stack = Stack(config_path, doc, start_up(config_path, work_dir, log_path, *extra_args),
+                  log_path)  # fmt: skip
     try:
         _wait_serving(stack, timeout_s)
         yield stack
     finally:
-        children = children_of(process.pid)
-        process.send_signal(signal.SIGTERM)
+        process = stack.process
+        children = children_of(process.pid) if process.poll() is None else []
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
         try:
             process.wait(20)
         except subprocess.TimeoutExpired:
@@ -123,6 +131,7 @@ def running_stack(tmp: Path, doc: dict[str, Any], *extra_args: str,
             for pid in children:
                 if alive(pid):
                     os.kill(pid, signal.SIGKILL)
+            stop_recorded_stack(work_dir)
             raise AssertionError(f"sluicegate up ignored SIGTERM:\n{stack.log()[-3000:]}") from None
         deadline = time.monotonic() + 5
         while any(alive(pid) for pid in children) and time.monotonic() < deadline:
@@ -130,4 +139,5 @@ def running_stack(tmp: Path, doc: dict[str, Any], *extra_args: str,
         left = [pid for pid in children if alive(pid)]
         for pid in left:
             os.kill(pid, signal.SIGKILL)
+        left += stop_recorded_stack(work_dir)
         assert not left, f"processes left running after SIGTERM: {left}"

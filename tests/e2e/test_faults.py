@@ -170,8 +170,8 @@ CONFIG_UPDATES = (
 
 
 def envoy_stats(stack: Stack) -> dict[str, int]:
-    stats: dict[str, int] = flatten_stats(stack.admin_json("/stats?format=json"))
-    return stats
+    found = flatten_stats(stack.admin_json("/stats?format=json"))
+    return {name: value for name, value in found.items() if isinstance(value, int)}
 
 
 def test_a_killed_control_plane_leaves_traffic_alone_and_envoy_is_sent_nothing_again(
@@ -236,3 +236,32 @@ def test_a_killed_up_stops_no_traffic_and_the_next_up_adopts_its_children(
         assert wait_until(lambda: not any(alive(pid) for pid in before.values()), 10), [
             key for key, pid in before.items() if alive(pid)
         ]
+
+
+def test_a_main_ext_proc_killed_while_the_file_is_invalid_serves_its_last_good_copy(
+    stack: Stack,
+) -> None:
+    """Restarted while an invalid edit is pending, the main ext_proc server serves the
+    file's last good version (kept in the work directory) instead of exiting at every
+    restart: with no replica that would leave every request a 503 until the fix."""
+    (victim,) = [p for p in processes(stack, "ext_proc") if p["name"] == "main"]
+    good = stack.config_path.read_text()
+    stack.write_text(good + "\nnot_a_section: true\n")
+    try:
+        with steady_load(stack.gateway, MODEL, HEADERS) as load:
+            assert wait_until(lambda: sum(o.ok for o in load.outcomes) >= 20, 30)
+            os.kill(victim["pid"], signal.SIGKILL)
+            kill = time.monotonic()
+
+            def back() -> bool:
+                (now,) = [p for p in processes(stack, "ext_proc") if p["name"] == "main"]
+                return bool(now["state"] == "up" and now["pid"] != victim["pid"])
+
+            assert wait_until(back, 30), processes(stack, "ext_proc")
+            wait_until(lambda: time.monotonic() > kill + SETTLED_S + 3, 30)
+        verdict = judge("ext_proc main, file invalid", load.since(0), kill, None)
+        print(verdict)
+        assert verdict.failed_settled == 0, verdict
+        assert "serving its last good version" in stack.log()
+    finally:
+        stack.write_text(good)

@@ -37,8 +37,11 @@ routes:
 """
 
 
-def gateway() -> Gateway:
-    return build_model(Config.model_validate(yaml.safe_load(MODEL)), {})
+def gateway(scenarios: list[str] | None = None) -> Gateway:
+    document = yaml.safe_load(MODEL)
+    if scenarios is not None:
+        document["scenarios"] = scenarios
+    return build_model(Config.model_validate(document), {})
 
 
 def log_record(attributes: Mapping[str, str], time_unix_nano: int = 0) -> Any:
@@ -56,7 +59,6 @@ def streamed(**overrides: str) -> dict[str, str]:
     attributes = {
         wire.RECORD_ROUTE: "chat",
         wire.RECORD_PROVIDER: "alpha",
-        wire.RECORD_CLUSTER: "route-chat",
         wire.RECORD_STATUS: "200",
         wire.RECORD_FLAGS: "-",
         wire.RECORD_DETAILS: "via_upstream",

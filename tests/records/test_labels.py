@@ -12,7 +12,7 @@ from .helpers import gateway, log_record, streamed
 
 
 def test_declared_names_come_from_the_model() -> None:
-    declared = Declared.from_gateway(gateway(), scenarios=["chat", "long"])
+    declared = Declared.from_gateway(gateway(scenarios=["chat", "long"]))
     assert declared.routes == {"chat"}
     assert declared.providers == {"alpha", "beta"}
     assert declared.models == {"m", "m2"}

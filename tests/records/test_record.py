@@ -5,12 +5,24 @@ from __future__ import annotations
 import json
 import string
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluicegate import wire
+from sluicegate.local_replies import (
+    FAULT_CODE,
+    FAULT_FLAG,
+    LOCAL_REPLY_ERRORS,
+    OVERLOAD_CODE,
+    OVERLOAD_FLAG,
+    UPSTREAM_ERRORS,
+    LocalReplyError,
+    UpstreamError,
+)
 from sluicegate.records import Declared, decode
-from sluicegate.records.record import MAX_TEXT, error_code, status_class
+from sluicegate.records.record import CLIENT_CLOSED, MAX_TEXT, error_code, status_class
+from sluicegate.xds.translate.listeners import local_reply_config
 
 from .helpers import gateway, log_record, streamed
 
@@ -50,7 +62,7 @@ def test_a_provider_without_a_map_is_sent_the_model_asked() -> None:
 def test_a_refused_request_has_no_provider_timings_or_usage() -> None:
     # As Envoy 1.40 sent a 401 the routing stage answered (probe, docs/metrics.md).
     attributes = {
-        wire.RECORD_ROUTE: "not-found", wire.RECORD_PROVIDER: "-", wire.RECORD_CLUSTER: "-",
+        wire.RECORD_ROUTE: "not-found", wire.RECORD_PROVIDER: "-",
         wire.RECORD_STATUS: "401", wire.RECORD_FLAGS: "-",
         wire.RECORD_DETAILS: "sluicegate_invalid_api_key", wire.RECORD_ATTEMPTS: "0",
         wire.RECORD_CONTENT_TYPE: "application/json",
@@ -168,17 +180,99 @@ def test_error_codes() -> None:
     )
     assert error_code("", 429, "sluicegate_rate_limit_exceeded", "") == "rate_limit_exceeded"
     assert error_code("", 200, "via_upstream", "") == ""
-    assert error_code("", 500, "via_upstream", "") == "provider_error"
-    assert error_code("", 503, "upstream_reset_before_response_started{x}", "URX,UF") == (
-        "upstream_connect_error"
-    )
-    assert error_code("", 503, "upstream_reset_before_response_started{x}", "UO") == (
-        "upstream_overflow"
-    )
-    assert error_code("", 504, "upstream_per_try_timeout", "UT") == "upstream_timeout"
-    assert error_code("", 0, "downstream_remote_disconnect", "DC") == "client_closed"
+    assert error_code("", 500, "via_upstream", "") == wire.PROVIDER_ERROR
+    assert error_code("", 503, "via_upstream", "URX") == wire.PROVIDER_ERROR  # retries ran out
+    assert error_code("", 0, "downstream_remote_disconnect", "DC") == CLIENT_CLOSED
     assert error_code("", 0, "", "") == ""
-    assert error_code("", 500, "some_envoy_thing", "") == "gateway_error"
+    # Envoy's 500 for an ext_proc failure that is no unavailable server: the table's code.
+    assert error_code("", 500, "some_envoy_thing", "") == "internal_error"
+    # A status the table does not list gets code null: the record says none either.
+    assert error_code("", 426, "low_version", "") == ""
+
+
+# Envoy's own replies as its access log shows them (status as answered, details, flags)
+# and the code local_reply_config gave the client.
+@pytest.mark.parametrize(
+    ("status", "details", "flags", "code"),
+    [
+        (504, "upstream_per_try_timeout", "UT,URX", "upstream_timeout"),
+        (504, "upstream_per_try_idle_timeout", "UT", "upstream_idle_timeout"),
+        (504, "response_timeout", "UT", "deadline_exceeded"),
+        (504, "stream_idle_timeout", "SI", "stream_idle_timeout"),
+        (503, "upstream_reset_before_response_started{connection_timeout}", "UF,URX",
+         "upstream_connect_timeout"),
+        (503, "upstream_reset_before_response_started{remote_connection_failure}", "URX,UF",
+         "upstream_connect_error"),
+        (503, "upstream_reset_before_response_started{overflow}", "UO", "upstream_overflow"),
+        (503, "no_healthy_upstream", "UH", "no_healthy_upstream"),
+        (503, "upstream_reset_before_response_started{remote_reset}", "UR", "upstream_reset"),
+        (503, "upstream_reset_before_response_started{connection_termination}", "UC",
+         "upstream_reset"),
+        (503, "ext_proc_error_gRPC_error_14{no_healthy_upstream}", "", "ext_proc_unavailable"),
+        (503, "ext_proc_error_gRPC_error_13{upstream_reset_after_response_started}", "",
+         "ext_proc_unavailable"),
+        (503, "overload", "OM", "gateway_overloaded"),
+        (429, "fault_filter_abort", "FI", "fault_injected"),
+        (404, "route_not_found", "NR", "unknown_url"),
+        (404, "direct_response", "", "unknown_url"),
+        (400, "http1.codec_error", "DPE", "bad_request"),
+        (400, "http1.invalid_transfer_encoding", "DPE", "unsupported_request"),
+        (408, "request_overall_timeout", "", "request_timeout"),
+        (413, "request_payload_too_large", "", "request_too_large"),
+        (431, "http1.headers_too_large", "DPE", "request_headers_too_large"),
+        (500, "ext_proc_error_gRPC_error_2{}", "", "internal_error"),
+        (502, "upstream_reset_after_response_started{protocol_error}", "UPE", "bad_gateway"),
+        (503, "cluster_not_found", "NC", "upstream_unavailable"),
+        (503, "cluster_not_found", "URX", "upstream_unavailable"),  # URX is not UR
+    ],
+)  # fmt: skip
+def test_an_envoy_reply_gets_the_code_the_client_got(
+    status: int, details: str, flags: str, code: str
+) -> None:
+    assert error_code("", status, details, flags) == code
+
+
+def _details_matching(error: UpstreamError) -> str:
+    """Details that pass the first of the row's tests, as Envoy writes them."""
+    text = ""
+    for test in error.details_any[0]:
+        if test.op == "equals":
+            return test.value
+        text = test.value + text if test.op == "starts_with" else text + test.value + "}"
+    return text
+
+
+def _reply_of_row(row: UpstreamError | LocalReplyError) -> tuple[int, str, str]:
+    """(status as the record sees it, details, flags) of a reply the row answers."""
+    if isinstance(row, UpstreamError):
+        if row.details_any:
+            return row.status, _details_matching(row), ""
+        return row.status, "upstream_reset_before_response_started{x}", f"URX,{row.flags[-1]}"
+    if row.answered_as is not None:
+        return row.answered_as, row.details[0], ""
+    return row.status, "some_local_reply", ""
+
+
+@pytest.mark.parametrize(
+    "row", [*UPSTREAM_ERRORS, *LOCAL_REPLY_ERRORS], ids=lambda row: f"{row.status}-{row.code}"
+)
+def test_every_row_of_the_local_reply_table_is_the_record_code(
+    row: UpstreamError | LocalReplyError,
+) -> None:
+    status, details, flags = _reply_of_row(row)
+    assert error_code("", status, details, flags) == row.code
+
+
+def test_the_listener_answers_in_the_order_of_the_shared_table() -> None:
+    """local_reply_config writes the rows local_reply_code reads, in the same order."""
+    mappers = local_reply_config(gateway().limits).mappers
+    codes = [m.body_format_override.json_format["error"]["code"] for m in mappers[1:]]
+    assert codes == [
+        FAULT_CODE, OVERLOAD_CODE, *(e.code for e in UPSTREAM_ERRORS),
+        *(e.code for e in LOCAL_REPLY_ERRORS), None,
+    ]  # fmt: skip
+    assert list(mappers[1].filter.response_flag_filter.flags) == [FAULT_FLAG]
+    assert list(mappers[2].filter.response_flag_filter.flags) == [OVERLOAD_FLAG]
 
 
 texts = st.one_of(

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -112,3 +113,63 @@ async def test_a_child_that_keeps_failing_is_down_with_growing_backoff(tmp_path:
         task.cancel()
         await asyncio.sleep(0)
         stop_children([child])
+
+
+async def test_a_restart_due_while_up_stops_starts_nothing(tmp_path: Path) -> None:
+    """`up` may be stopping while a restart waits out its backoff: nothing is started
+    then (it would outlive `up`)."""
+    (child,) = start_children([spec(tmp_path, free_port())])
+    stopping = asyncio.Event()
+    supervisor = Supervisor([child], stopping=stopping)
+    assert child.process is not None
+    old = child.process
+    old.kill()
+    code = old.wait()
+    restart = asyncio.create_task(supervisor._restart(0, code))
+    await asyncio.sleep(0)  # the restart is in its backoff now
+    assert child.state == "down"
+    stopping.set()
+    await restart
+    assert child.process is old and child.restarts == 0
+    stop_children([child])
+
+
+async def test_a_failing_on_change_is_logged_and_the_child_still_comes_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def on_change() -> None:
+        raise OSError("disk full")
+
+    (child,) = start_children([spec(tmp_path, free_port())])
+    supervisor = Supervisor([child], on_change=on_change)
+    task = asyncio.create_task(supervisor.run())
+    try:
+        assert child.process is not None
+        os.kill(child.process.pid, signal.SIGKILL)
+        await wait_for(lambda: child.restarts == 1 and child.state == "up")
+        assert "disk full" in caplog.text
+    finally:
+        task.cancel()
+        stop_children([child])
+
+
+async def test_a_restart_onto_a_port_someone_else_took_is_not_taken_for_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The child's old process is gone, so a listener on its port is another process's:
+    the restart names it and is retried with the backoff, never reported up."""
+    caplog.set_level(logging.INFO, logger="sluicegate.up")
+    port = free_port()
+    (child,) = start_children([spec(tmp_path, port)])
+    assert child.process is not None
+    old = child.process
+    old.kill()
+    code = old.wait()
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        await Supervisor([child])._restart(0, code)
+        assert f"in use by another process (pid {os.getpid()})" in caplog.text
+        assert child.state == "down" and child.process is old and child.restarts == 0
+    stop_children([child])

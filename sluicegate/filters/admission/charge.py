@@ -61,7 +61,11 @@ def reserved_from(filter_metadata: Any) -> Reserved | None:
         return None
     return Reserved(
         reservation=fields[wire.META_RESERVATION].string_value,
-        tenant=fields[wire.META_TENANT].string_value if wire.META_TENANT in fields else "anonymous",
+        tenant=(
+            fields[wire.META_TENANT].string_value
+            if wire.META_TENANT in fields
+            else wire.ANONYMOUS_TENANT
+        ),
         model=fields[wire.META_MODEL].string_value if wire.META_MODEL in fields else "",
         estimate=Usage(
             _int(fields, wire.META_ESTIMATE_INPUT), _int(fields, wire.META_ESTIMATE_OUTPUT)

@@ -15,6 +15,8 @@ from sluicegate import wire
 from .. import errors
 from ..responses import immediate_json
 
+_LISTING_DETAILS = f"{wire.EXT_PROC_DETAILS_PREFIX}tenant_models"
+
 
 def tenant_listing(
     method: str | None,
@@ -35,7 +37,7 @@ def tenant_listing(
         listing = f"{prefix}models"
         if path == listing:
             return immediate_json(
-                200, wire.models_list_body(models & allowed), details="sluicegate_tenant_models"
+                200, wire.models_list_body(models & allowed), details=_LISTING_DETAILS
             )
         if path.startswith(listing + "/"):
             model = path[len(listing) + 1 :]

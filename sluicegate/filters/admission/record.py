@@ -25,7 +25,7 @@ from sluicegate import wire
 from ..errors import shown_model
 from ..responses import error_code_of, metadata_answer, metadata_field
 
-ANONYMOUS: Final = "anonymous"  # the tenant of a request without a client key
+ANONYMOUS: Final = wire.ANONYMOUS_TENANT  # the tenant of a request without a client key
 NO_SCENARIO: Final = ""  # the scenario of a request no route serves
 
 

@@ -75,7 +75,7 @@ from .record import (
 )
 
 STAGE: Final = wire.STAGE_ROUTING
-NO_CLASS: Final = "none"  # priority label before a class is known
+NO_CLASS: Final = wire.NO_PRIORITY_CLASS  # priority label before a class is known
 
 
 def _without_client_key(*, bodiless: bool = False) -> bytes:

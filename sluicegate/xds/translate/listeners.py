@@ -46,6 +46,7 @@ from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import wrappers_pb2
 
 from sluicegate import wire
+from sluicegate.local_replies import FAULT_CODE, FAULT_FLAG, OVERLOAD_CODE, OVERLOAD_FLAG
 from sluicegate.model import Admission, Gateway, Limits, Listener
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
@@ -281,12 +282,12 @@ def _fault_mapper() -> hcm_pb2.ResponseMapper:
     """A drill's abort (flag FI) keeps its status and says it was a drill."""
     return hcm_pb2.ResponseMapper(
         filter=accesslog_pb2.AccessLogFilter(
-            response_flag_filter=accesslog_pb2.ResponseFlagFilter(flags=["FI"])
+            response_flag_filter=accesslog_pb2.ResponseFlagFilter(flags=[FAULT_FLAG])
         ),
         body_format_override=_error_format(
             "Aborted by a fault-injection drill on this route (fault.abort)",
             "server_error",
-            "fault_injected",
+            FAULT_CODE,
         ),
     )
 
@@ -296,11 +297,11 @@ def _overload_mapper() -> hcm_pb2.ResponseMapper:
     that says so, with Retry-After, instead of the generic server error."""
     return hcm_pb2.ResponseMapper(
         filter=accesslog_pb2.AccessLogFilter(
-            response_flag_filter=accesslog_pb2.ResponseFlagFilter(flags=["OM"])
+            response_flag_filter=accesslog_pb2.ResponseFlagFilter(flags=[OVERLOAD_FLAG])
         ),
         status_code=wrappers_pb2.UInt32Value(value=503),
         body_format_override=_error_format(
-            "The gateway is overloaded; retry later", "server_error", "gateway_overloaded"
+            "The gateway is overloaded; retry later", "server_error", OVERLOAD_CODE
         ),
         headers_to_add=[
             base_pb2.HeaderValueOption(

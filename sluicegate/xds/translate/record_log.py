@@ -43,7 +43,6 @@ RECORD_ATTRIBUTES: Final = (
     (wire.RECORD_ROUTE, "%ROUTE_NAME%"),
     # The endpoint metadata of the host that answered the last attempt (endpoints.py).
     (wire.RECORD_PROVIDER, f"%UPSTREAM_METADATA({wire.METADATA_NAMESPACE}:{wire.META_PROVIDER})%"),
-    (wire.RECORD_CLUSTER, "%UPSTREAM_CLUSTER%"),
     (wire.RECORD_STATUS, "%RESPONSE_CODE%"),
     (wire.RECORD_FLAGS, "%RESPONSE_FLAGS%"),
     (wire.RECORD_DETAILS, "%RESPONSE_CODE_DETAILS%"),

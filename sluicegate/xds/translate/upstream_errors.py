@@ -3,8 +3,10 @@
 Envoy answers these itself (local replies); the listener's local_reply_config
 (listeners.py) rewrites each into `{"error": {"message", "type", "param", "code"}}` with the
 `code` below, chosen by the reply's response code details (what Envoy's access logs show
-as %RESPONSE_CODE_DETAILS%) or its response flags. Checked on Envoy 1.40 (see the
-experiments summarised in timeouts.py and tests/resilience):
+as %RESPONSE_CODE_DETAILS%) or its response flags. The rows live in
+sluicegate.local_replies, where the request record (sluicegate.records) reads the same
+ones back to name the code a client got. Checked on Envoy 1.40 (see the experiments
+summarised in timeouts.py and tests/resilience):
 
 | Envoy's reply                                   | status | code                       |
 |-------------------------------------------------|--------|----------------------------|
@@ -26,98 +28,5 @@ Once a response has started nothing can be rewritten: Envoy resets the stream (s
 docs/resilience.md, "What the client sees when a started stream fails").
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamError:
-    """One local-reply mapper: match on `details` (a CEL condition on
-    response.code_details) or on Envoy response `flags`, answer `status` with `code`."""
-
-    code: str
-    status: int
-    message: str
-    details: str | None = None
-    flags: tuple[str, ...] = ()
-    retry_after_s: int | None = None  # adds a Retry-After header
-
-
-def details_is(value: str) -> str:
-    return f"response.code_details == '{value}'"
-
-
-UPSTREAM_ERRORS: tuple[UpstreamError, ...] = (
-    # No ext_proc server reachable (14 = UNAVAILABLE), or the one serving the request died
-    # mid-stream: a fault of the gateway's own, but one a retry soon fixes (up restarts
-    # the server; Envoy's health check moves traffic off it), so 503 with Retry-After.
-    UpstreamError(
-        "ext_proc_unavailable",
-        503,
-        "The gateway cannot process requests right now (no ext_proc server reachable); "
-        "try again shortly",
-        details="response.code_details.startsWith('ext_proc_error_gRPC_error_14{') || "
-        "(response.code_details.startsWith('ext_proc_error_gRPC_error_') && "
-        "response.code_details.contains('{upstream_reset'))",
-        retry_after_s=1,
-    ),
-    UpstreamError(
-        "upstream_timeout",
-        504,
-        "The provider did not start answering within the first-byte timeout "
-        "(timeouts.first_byte, or timeouts.first_token for a streamed request), on every "
-        "attempt",
-        details=details_is("upstream_per_try_timeout"),
-    ),
-    UpstreamError(
-        "upstream_idle_timeout",
-        504,
-        "The provider sent nothing for longer than the idle timeout (timeouts.idle), "
-        "on every attempt",
-        details=details_is("upstream_per_try_idle_timeout"),
-    ),
-    UpstreamError(
-        "deadline_exceeded",
-        504,
-        "The request did not complete within the route's total timeout (timeouts.total)",
-        details=details_is("response_timeout"),
-    ),
-    UpstreamError(
-        "stream_idle_timeout",
-        504,
-        "Nothing was sent or received on this request for too long",
-        details=details_is("stream_idle_timeout"),
-    ),
-    UpstreamError(
-        "upstream_connect_timeout",
-        503,
-        "Could not connect to the provider within the connect timeout (timeouts.connect)",
-        details="response.code_details.contains('{connection_timeout')",
-    ),
-    UpstreamError(
-        "upstream_overflow",
-        503,
-        "Too many requests in flight to this model's providers (a pool limit); try again shortly",
-        flags=("UO",),
-        retry_after_s=1,
-    ),
-    UpstreamError(
-        "no_healthy_upstream",
-        503,
-        "No healthy provider is available for this model right now",
-        flags=("UH",),
-    ),
-    UpstreamError(
-        "upstream_connect_error",
-        503,
-        "Could not connect to the provider",
-        flags=("UF",),
-    ),
-    UpstreamError(
-        "upstream_reset",
-        503,
-        "The provider closed the connection before answering",
-        flags=("UC", "UR"),
-    ),
-)
+from sluicegate.local_replies import UPSTREAM_ERRORS as UPSTREAM_ERRORS
+from sluicegate.local_replies import UpstreamError as UpstreamError
