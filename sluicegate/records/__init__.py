@@ -12,7 +12,7 @@ metrics with bounded labels. docs/metrics.md.
 
 from .access_log import STDOUT, JsonLinesAccessLog, RecordWriter, record_line
 from .labels import LABELS, NONE, OTHER, Declared
-from .logs_service import LOGS_METHOD_NAME, LOGS_SERVICE_NAME, logs_handler
+from .logs_service import LOGS_METHOD_NAME, LOGS_SERVICE_NAME, SLICE, logs_handler
 from .metrics import (
     DURATION_BUCKETS,
     QUEUE_BUCKETS,
@@ -32,6 +32,7 @@ __all__ = [
     "NONE",
     "OTHER",
     "QUEUE_BUCKETS",
+    "SLICE",
     "STDOUT",
     "TPOT_BUCKETS",
     "TTFT_BUCKETS",

@@ -8,7 +8,7 @@ decoded once per record and counted; nothing here runs per chunk of a response.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -65,10 +65,14 @@ class RecordSink:
 
     def on_export(self, export: Any) -> int:
         """One ExportLogsServiceRequest; returns how many records it held."""
+        return self.on_records(list(log_records(export)))
+
+    def on_records(self, batch: Sequence[Any]) -> int:
+        """Some OpenTelemetry LogRecords of a batch: decode, count and log each."""
         declared = self._declared
         metrics = self.metrics
         records: list[RequestRecord] = []
-        for log_record in log_records(export):
+        for log_record in batch:
             record = decode(log_record, declared.model_maps)
             metrics.observe(record, declared.labels(record))
             records.append(record)
