@@ -156,7 +156,8 @@ def test_up_keeps_a_work_dir_the_user_gave(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_up_keeps_its_temporary_work_dir_when_envoy_cannot_start(tmp_path: Path) -> None:
-    """The start error names Envoy's config and log: they must still be there to read."""
+    """Envoy's admin address is held by another process: `up` refuses to start it, says
+    which address is taken, and keeps the work directory (the logs of what did start)."""
     config = tmp_path / "sluicegate.yaml"
     doc = quickstart_on_free_ports(tmp_path)
     with socket.socket() as taken:  # Envoy's admin port, held so Envoy fails to bind it
@@ -173,5 +174,8 @@ def test_up_keeps_its_temporary_work_dir_when_envoy_cannot_start(tmp_path: Path)
         )  # fmt: skip
     assert done.returncode != 0, done.stdout + done.stderr
     [folder] = temp.glob("sluicegate-up-*")
-    assert (folder / "envoy.log").exists(), sorted(p.name for p in folder.iterdir())
-    assert f"logs kept in {folder}" in done.stdout + done.stderr
+    output = done.stdout + done.stderr
+    assert "is in use by another process" in output, output[-2000:]
+    assert doc["sluicegate"]["envoy_admin"] in output
+    assert (folder / "mock-alpha.log").exists(), sorted(p.name for p in folder.iterdir())
+    assert f"logs kept in {folder}" in output
