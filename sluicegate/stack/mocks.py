@@ -8,12 +8,12 @@ its Supervisor, which restarts one that dies.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sluicegate.config import Config
-from sluicegate.stack.supervisor import Child, ChildSpec, start_children, stop_children
+from sluicegate.stack.supervisor import ChildSpec
 
 _KEY_ENV = "SLUICEGATE_MOCK_API_KEY"
 
@@ -61,12 +61,3 @@ def mock_specs(config: Config, keys: Mapping[str, str | None], log_dir: Path) ->
             )
         )
     return specs
-
-
-def start_mocks(config: Config, keys: Mapping[str, str | None], log_dir: Path) -> list[Child]:
-    """Start every mock provider and wait until each accepts connections."""
-    return start_children(mock_specs(config, keys, log_dir))
-
-
-def stop_mocks(children: Sequence[Child]) -> None:
-    stop_children(children)

@@ -27,7 +27,7 @@ from sluicegate.model import build_model
 from sluicegate.stack.heap import settle_heap
 from sluicegate.stack.http_site import serve_app
 from sluicegate.stack.rejection import log_rejection
-from sluicegate.stack.supervisor import Child, ChildSpec, start_children, stop_children
+from sluicegate.stack.supervisor import ChildSpec
 from sluicegate.stack.watcher import watch_file
 
 log = logging.getLogger("sluicegate.ext_proc")
@@ -150,15 +150,3 @@ def replica_specs(path: Path, addresses: Sequence[str], work_dir: Path) -> list[
         )
         for index, address in enumerate(addresses)
     ]
-
-
-def start_replicas(path: Path, addresses: Sequence[str], work_dir: Path) -> list[Child]:
-    """Start `sluicegate ext-proc` for each address and wait until each listens."""
-    replicas = start_children(replica_specs(path, addresses, work_dir))
-    for replica in replicas:
-        log.info("ext_proc replica on %s", replica.spec.address)
-    return replicas
-
-
-def stop_replicas(replicas: Sequence[Child]) -> None:
-    stop_children(replicas)

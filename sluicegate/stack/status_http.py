@@ -6,7 +6,7 @@ Read-only views of the control plane; it holds no state of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -67,27 +67,17 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
     }
 
 
-def make_app(
-    cp: ControlPlane,
-    registries: Sequence[CollectorRegistry] = (),
-    extra_status: Callable[[], dict[str, Any]] | None = None,
-) -> web.Application:
-    """`registries`: further metrics served on the same page (the ext_proc admission's);
-    `extra_status`: more sections for /status (the admission gates and limiter store)."""
+def make_app(cp: ControlPlane) -> web.Application:
+    """The control plane's endpoint (`up` serves the stack's, stack/up_http.py)."""
 
     def document() -> dict[str, Any]:
-        result = status_document(cp)
-        if extra_status is not None:
-            result.update(extra_status())
-        return result
+        return status_document(cp)
 
     registry = CollectorRegistry()
     registry.register(ControlPlaneCollector(cp))
-    every = [registry, *registries]
 
     async def metrics(_: web.Request) -> web.Response:
-        body = b"".join(generate_latest(item) for item in every)
-        return web.Response(body=body, content_type="text/plain")
+        return web.Response(body=generate_latest(registry), content_type="text/plain")
 
     async def status(_: web.Request) -> web.Response:
         return web.json_response(document(), dumps=lambda o: json.dumps(o, indent=2))
@@ -107,11 +97,6 @@ def make_app(
     return status_endpoint(status=status, metrics=metrics, healthz=healthz, drain=drain)
 
 
-async def start_status_http(
-    cp: ControlPlane,
-    address: str,
-    registries: Sequence[CollectorRegistry] = (),
-    extra_status: Callable[[], dict[str, Any]] | None = None,
-) -> web.AppRunner:
+async def start_status_http(cp: ControlPlane, address: str) -> web.AppRunner:
     """Serve the control plane's endpoint on `host:port` or `unix:/path`."""
-    return await serve_app(make_app(cp, registries, extra_status), address)
+    return await serve_app(make_app(cp), address)

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from sluicegate.config import split_host_port
 from sluicegate.stack.address_holder import in_use_message
 from sluicegate.stack.adoption import AdoptedProcess, Recorded, adopt
 from sluicegate.stack.children import ProcessHandle, accepts, spawn, stop, wait_listening
@@ -82,10 +81,6 @@ class Child:
     @property
     def name(self) -> str:
         return self.spec.name
-
-    @property
-    def port(self) -> int:
-        return split_host_port(self.spec.address)[1]
 
     def set_state(self, state: State) -> None:
         self.state = state

@@ -44,7 +44,8 @@ from sluicegate.envoy import EnvoyProcess, make_bootstrap
 from sluicegate.filters import ExtProcServer
 from sluicegate.filters.attempt import AttemptStream
 from sluicegate.stack.control_plane import ControlPlane
-from sluicegate.stack.mocks import start_mocks, stop_mocks
+from sluicegate.stack.mocks import mock_specs
+from sluicegate.stack.supervisor import start_children, stop_children
 from sluicegate.stack.watcher import watch_files
 from sluicegate.xds.server import (
     CLUSTER,
@@ -180,9 +181,11 @@ async def gateway(
     path = tmp / "sluicegate.yaml"
     path.write_text(config_text(ports, listen))
     config = load_config(path)
-    mocks = await asyncio.to_thread(start_mocks, config, resolve_api_keys(config, path), tmp)
+    mocks = await asyncio.to_thread(
+        start_children, mock_specs(config, resolve_api_keys(config, path), tmp)
+    )
     async with contextlib.AsyncExitStack() as stack:
-        stack.callback(stop_mocks, mocks)
+        stack.callback(stop_children, mocks)
         seen: list[set[str]] = []
         original = AttemptStream._on_headers
 

@@ -160,6 +160,7 @@ def ext_proc_config(
     request_attributes: Sequence[str] = (),
     metadata_namespaces: Sequence[str] = (),
     *,
+    reads_metadata: bool = True,
     longest_queue_wait_ms: int = 0,
 ) -> ext_proc_pb2.ExternalProcessor:
     """An ExternalProcessor for `stage` (wire.STAGE_ROUTING or wire.STAGE_ATTEMPT).
@@ -168,7 +169,10 @@ def ext_proc_config(
     model routing) must not reach a provider. message_timeout comes from the config
     because Envoy's 200 ms default is shorter than any queue wait. metadata_namespaces
     are dynamic-metadata namespaces the server may read and write (the attempt stage
-    keeps the client's original path there, because retries reuse the rewritten headers).
+    keeps the client's original path there, because retries reuse the rewritten headers);
+    with reads_metadata false the server may only write them, and Envoy sends none of
+    it along with each message (the routing stage writes the request record's facts and
+    reads nothing back).
     A request may wait in an admission queue before its body is answered: the server then
     first sends override_message_timeout (its class's wait at each gate plus 2 s), and
     max_message_timeout allows it; the queue, not Envoy, decides when a waiting request is
@@ -186,7 +190,9 @@ def ext_proc_config(
         metadata_options=ext_proc_pb2.MetadataOptions(
             forwarding_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
                 untyped=list(metadata_namespaces)
-            ),
+            )
+            if reads_metadata
+            else None,
             receiving_namespaces=ext_proc_pb2.MetadataOptions.MetadataNamespaces(
                 untyped=list(metadata_namespaces)
             ),

@@ -143,6 +143,7 @@ def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilt
         wire.STAGE_ROUTING,
         limits,
         metadata_namespaces=(wire.METADATA_NAMESPACE,),
+        reads_metadata=False,
         longest_queue_wait_ms=admission.longest_queue_wait_ms,
     )
     filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
