@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Coroutine
@@ -106,24 +107,28 @@ def _cmd_mock_provider(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    """`up`'s /status as text (stack/status_text.py) or, with --json, as it is; exits 1
+    on any of its problems, each named on stderr."""
+    from sluicegate.stack import render_status, status_problems
+
     url = f"http://{args.address}/status"
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             document = json.load(response)
-    except OSError as err:
+    except (OSError, ValueError) as err:
         print(f"cannot reach sluicegate at {url}: {err}", file=sys.stderr)
         return 1
-    print(json.dumps(document, indent=2))
-    last = document.get("last_reload") or {}
-    nacked = [n for n in document.get("nodes", []) if any(n.get("nacks", {}).values())]
-    down = [p for p in document.get("processes", []) if p.get("state") != "up"]
-    for process in down:
-        print(f"{process['kind']} {process['name']} is {process['state']}", file=sys.stderr)
-    # Up but not answering `up` (hung): named by `up`'s /status (stack/up_http.py).
-    silent = [part for part in ("control_plane", "ext_proc") if document.get(part)]
-    for part in silent:
-        print(f"{part} is {document[part]}", file=sys.stderr)
-    return 0 if last.get("ok", False) and not nacked and not down and not silent else 1
+    if not isinstance(document, dict):
+        print(f"sluicegate at {url} answered no status document", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print(render_status(document, time.time()), end="")
+    found = status_problems(document)
+    for problem in found:
+        print(problem, file=sys.stderr)
+    return 1 if found else 0
 
 
 def _cmd_drain(args: argparse.Namespace) -> int:
@@ -281,8 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hash_key.set_defaults(func=_cmd_hash_key)
 
-    status = sub.add_parser("status", help="show the config, Envoy nodes, NACKs and every process")
+    status = sub.add_parser(
+        "status",
+        help="show the config, Envoy nodes and NACKs, providers' health and weights, every "
+        "process and admission; exit 1 on a problem",
+    )
     status.add_argument("--address", default="127.0.0.1:9100", help="sluicegate HTTP HOST:PORT")
+    status.add_argument("--json", action="store_true", help="print up's /status document as JSON")
     status.set_defaults(func=_cmd_status)
     return parser
 

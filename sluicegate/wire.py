@@ -53,7 +53,7 @@ REQUEST_HEADERS_HEADROOM: Final = 32
 REQUEST_HEADERS_HEADROOM_KB: Final = 16
 
 # Dynamic metadata (namespace METADATA_NAMESPACE) the admission stage sets on an admitted
-# request: the usage observer and the usage log read the reservation from it, and routes
+# request: its record (or the usage observer) charges the reservation from it, and routes
 # turn the rate-limit values into OpenAI's x-ratelimit-* response headers without a
 # round trip.
 META_RESERVATION: Final = "reservation"
@@ -65,8 +65,10 @@ META_ESTIMATE_OUTPUT: Final = "estimate_output_tokens"
 # request record (docs/metrics.md): who asked (the key's name, never the key), with
 # which priority class and scenario, how long the request queued at a gate (ms), and
 # whether it asked for a stream; META_ERROR_CODE is the OpenAI error `code` of an answer
-# the ext_proc server made itself.
+# the ext_proc server made itself, and META_ROUTE the model route of a request it refused
+# after routing it (rate limited, shed …: Envoy's route is then not the model's).
 META_KEY_NAME: Final = "key_name"
+META_ROUTE: Final = "route"
 META_PRIORITY: Final = "priority"
 META_SCENARIO: Final = "scenario"
 META_QUEUE_MS: Final = "queue_ms"
@@ -106,29 +108,40 @@ RECORD_LAST_DOWNSTREAM_BYTE_US: Final = "last_downstream_byte_us"  # DS_TX_END
 # each as one JSON object.
 RECORD_METADATA: Final = "metadata"
 RECORD_USAGE: Final = "usage"
-# Set on a request whose usage the access log reports (a small JSON answer): the value
-# is USAGE_VIA_LOG; the access log sends only such requests.
+# Set on a reserved request whose usage the usage observer charges (a large JSON answer):
+# the value is USAGE_VIA_OBSERVER. The request record charges every other reservation
+# (docs/admission.md, "Reserve, then reconcile").
 META_USAGE_VIA: Final = "usage_via"
-USAGE_VIA_LOG: Final = "log"
-# Set by the admission stage, where token limits exist, on every request it routes: who
-# reads the usage. USAGE_BY_LOG: a small JSON answer (json_to_metadata reads its usage,
-# the access log brings it); USAGE_BY_OBSERVER: a stream or a large JSON answer (the
-# usage observer reads it in Python); USAGE_UNREAD: nothing reserved, nobody reads.
-# Stripped before routing when a client sends it, and before a provider sees it.
+USAGE_VIA_OBSERVER: Final = "observer"
+# Set ("true") on a stream whose body the routing stage gave `stream_options.include_usage`
+# the client did not ask for: Envoy's stream usage filter cuts the usage event out of what
+# the client receives (xds/translate/stream_usage.py).
+META_USAGE_INJECTED: Final = "usage_injected"
+# Set by the routing stage on every request it routes: who reads the usage.
+# USAGE_BY_LOG: a small JSON answer (json_to_metadata reads its usage); USAGE_BY_STREAM: an
+# event stream (sse_to_metadata reads its usage event, a Lua filter counts content events);
+# both reach the ext_proc servers in the request record. USAGE_BY_OBSERVER: a large JSON
+# answer with a reservation (the usage observer reads it in Python); USAGE_UNREAD: nobody
+# reads. Stripped before routing when a client sends it, and before a provider sees it.
 USAGE_HEADER: Final = "x-sluicegate-usage"
 USAGE_BY_LOG: Final = "log"
+USAGE_BY_STREAM: Final = "stream"
 USAGE_BY_OBSERVER: Final = "observer"
 USAGE_UNREAD: Final = "none"
+USAGE_READERS: Final = (USAGE_BY_LOG, USAGE_BY_STREAM, USAGE_BY_OBSERVER, USAGE_UNREAD)
 # Set (value "true") by the routing stage, with the model header, on a request whose body
 # has `"stream": true`: it selects the model route's stream twin, whose attempts wait
 # timeouts.first_token (xds/translate/streams.py). Stripped before routing when a client
 # sends it; the twin removes it before a provider sees it.
 STREAM_HEADER: Final = "x-sluicegate-stream"
-# Envoy's json_to_metadata filter writes a JSON answer's usage members here; the access
-# log carries them to the ext_proc servers with the request's other metadata.
+# Envoy's json_to_metadata and sse_to_metadata filters write an answer's usage members
+# here, and the stream usage filter its count of content events (USAGE_CONTENT_EVENTS);
+# the request record carries them to the ext_proc servers.
 USAGE_METADATA_NAMESPACE: Final = "sluicegate.usage"
 USAGE_MEMBERS: Final = ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
-USAGE_LOG_NAME: Final = "sluicegate-usage"
+USAGE_CONTENT_EVENTS: Final = "content_events"
+# A usage count above this is garbage, not usage (a provider's, or a client's text).
+MAX_USAGE_TOKENS: Final = 10**9
 # A JSON media type (application/json, application/problem+json …, any parameters such as
 # charset), case-insensitive; RE2 and Python `re` read it alike. Envoy's json_to_metadata
 # reads usage from such answers, the usage observer parses them, and a provider's error
@@ -185,3 +198,17 @@ def models_list_body(models: Iterable[str]) -> bytes:
 def model_body(model: str) -> bytes:
     """OpenAI's `GET /v1/models/{model}` answer."""
     return json.dumps(model_object(model), separators=(",", ":")).encode()
+
+
+# ----- latency-aware routing (docs/latency-routing.md) ------------------------------------
+
+# Endpoint metadata (namespace METADATA_NAMESPACE) on the providers of a `routing: latency`
+# route: the access-log filter of the latency record log sends only the requests whose
+# answering host carries it, to the control plane (cluster XDS_CLUSTER).
+META_ROUTING: Final = "routing"
+ROUTING_LATENCY: Final = "latency"
+LATENCY_LOG_NAME: Final = "sluicegate-latency"
+# Only in that log: microseconds from the answering attempt's request going out to the
+# provider's first body byte (US_TX_BEG to US_RX_BODY_BEG): the provider's own time to
+# first token, without the gateway's queueing, routing or earlier attempts.
+RECORD_PROVIDER_TTFT_US: Final = "provider_ttft_us"

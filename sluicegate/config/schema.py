@@ -127,6 +127,10 @@ class Provider(Strict):
     # Client request headers this provider receives beyond the built-in allowlist: names,
     # or `prefix*` (docs/architecture.md, "What a provider receives").
     forward_headers: list[str] = Field(default_factory=list, max_length=24)
+    # Ask for a stream's usage event (`stream_options.include_usage`) when the client did
+    # not, to count its tokens exactly (docs/admission.md, "Reserve, then reconcile").
+    # false for a provider that refuses `stream_options`: its streams are then counted.
+    ask_stream_usage: bool = True
 
     @field_validator("headers")
     @classmethod
@@ -205,6 +209,10 @@ def normalize_path_prefix(prefix: str) -> str:
     return prefix.rstrip("/") + "/"
 
 
+Routing = Literal["static", "latency"]
+ROUTING_LATENCY: Final = "latency"
+
+
 class Route(Strict):
     """Requests for some models (optionally under a path prefix) go to these backends."""
 
@@ -227,6 +235,10 @@ class Route(Strict):
     concurrency: Concurrency | None = None
     # What its requests are reported as (one of `scenarios:`); unset: DEFAULT_SCENARIO.
     scenario: str | None = Field(default=None, pattern=NAME_PATTERN)
+    # How its providers share traffic within a priority level: the configured weights
+    # (`static`), or weights the control plane learns from each provider's time to first
+    # token and errors, the configured ones as the prior (`latency`; docs/latency-routing.md).
+    routing: Routing = "static"
 
     @field_validator("models")
     @classmethod
@@ -350,8 +362,8 @@ class Config(Strict):
         return [limits for limits in found if limits is not None]
 
     def counts_tokens(self) -> bool:
-        """Whether any limit counts tokens: then real usage is read off every response
-        (the usage observer and the usage access log) to reconcile reservations."""
+        """Whether any limit counts tokens: then each reservation is reconciled to the real
+        usage of its response (docs/admission.md, "Reserve, then reconcile")."""
         return any(
             kind != "requests"
             for limits in self.declared_rate_limits()

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
+from .addresses import is_ip_address
 from .admin_address import parse_admin_address
 from .admission import Admission
 from .document import Document, KeyRef, SettingsRoute
@@ -24,7 +25,14 @@ from .resilience import (
     effective,
     set_in,
 )
-from .schema import ACCESS_LOG_STDOUT, DEFAULT_SCENARIO, Provider, Route, normalize_path_prefix
+from .schema import (
+    ACCESS_LOG_STDOUT,
+    DEFAULT_SCENARIO,
+    ROUTING_LATENCY,
+    Provider,
+    Route,
+    normalize_path_prefix,
+)
 from .sockets import check_sockets
 from .source import KeyPath, Locator, format_key_path
 
@@ -266,6 +274,38 @@ def check_protocols(doc: Document, at: Locator) -> Iterable[Problem]:
                     "speaks one protocol per route: give them the same protocol or serve "
                     "them in separate routes",
                 )
+
+
+def check_routing(doc: Document, at: Locator) -> Iterable[Problem]:
+    """`routing: latency` moves a route's provider weights over EDS, which only a route
+    whose providers are all IP literals has (a DNS cluster carries its endpoints inside
+    the cluster, so every weight change would replace the cluster); and it needs two
+    providers in one priority level to weigh (docs/latency-routing.md)."""
+    for r, route in doc.routes:
+        if route.routing != ROUTING_LATENCY:
+            continue
+        providers = _route_providers(doc, route)
+        for _, p, provider in providers:
+            host = urlsplit(provider.base_url).hostname or ""
+            if not is_ip_address(host):
+                yield at.error(
+                    ("routes", r, "routing"),
+                    f"route '{route.name}': routing: latency needs every provider reached by "
+                    f"IP address, and provider '{provider.name}' has host '{host}' (at "
+                    f"{_where(at, ('providers', p, 'base_url'))}); the control plane does no "
+                    "DNS, and weights of a route Envoy resolves itself could only change by "
+                    "replacing its cluster: use static routing, or an IP address",
+                )
+                break
+        levels: dict[int, int] = {}
+        for backend in route.backends:
+            levels[backend.priority] = levels.get(backend.priority, 0) + 1
+        if len(providers) == len(route.backends) and max(levels.values()) < 2:
+            yield at.warning(
+                ("routes", r, "routing"),
+                f"route '{route.name}': routing: latency has nothing to weigh: no priority "
+                "level of this route has two providers, so its weights stay as configured",
+            )
 
 
 def health_check_key(provider: Provider, check: HealthCheck) -> tuple[object, ...]:
@@ -632,6 +672,7 @@ RULES: tuple[Rule, ...] = (
     check_unshared_limits,
     check_mock_urls,
     check_protocols,
+    check_routing,
     check_health_checks,
     check_resilience,
     check_admission,

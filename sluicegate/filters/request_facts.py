@@ -48,6 +48,7 @@ class RequestFacts:
     # Any LOGPROBS_MEMBERS present with a value that is not false, null, 0 or empty: not
     # checked (providers do), only noted, because it makes the answer large.
     logprobs: bool = False
+    has_stream_options: bool = False  # the member is there (null too)
 
 
 def inspect_request(body: bytes, *, max_output_tokens: int) -> RequestFacts:
@@ -66,8 +67,14 @@ def inspect_request(body: bytes, *, max_output_tokens: int) -> RequestFacts:
         prompt_tokens=estimate_span_tokens(
             text, [(m.start, m.end) for name in PROMPT_MEMBERS if (m := members.get(name))]
         ),
-        logprobs=any(bool(m.value) for name in LOGPROBS_MEMBERS if (m := members.get(name))),
+        logprobs=asks_logprobs(members),
+        has_stream_options="stream_options" in members,
     )
+
+
+def asks_logprobs(members: dict[str, Member]) -> bool:
+    """Any LOGPROBS_MEMBERS with a value that is not false, null, 0 or empty."""
+    return any(bool(m.value) for name in LOGPROBS_MEMBERS if (m := members.get(name)))
 
 
 def _in_range(value: object, low: int, high: int) -> bool:

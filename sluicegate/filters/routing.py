@@ -26,13 +26,18 @@ from sluicegate import wire
 from . import counters as outcome
 from . import errors
 from .counters import Counters
-from .jsonbody import BodyError, decode_utf8, find_members
-from .request_facts import read_model, read_stream
+from .jsonbody import BodyError, Member, decode_utf8, find_members
+from .request_facts import LOGPROBS_MEMBERS, MAX_TOKENS_MEMBERS, read_model, read_stream
 from .responses import common, request_headers_answer
 from .table import RoutingTable
 
 STAGE = wire.STAGE_ROUTING
-_MEMBERS: Final = frozenset(("model", "stream"))
+# The model and stream flag route; the others only decide who reads the usage
+# (usage_reader.py), read leniently: checking them is the provider's job here.
+_ROUTED: Final = frozenset(("model", "stream"))
+_MEMBERS: Final = _ROUTED | frozenset(
+    ("stream_options", "n", *LOGPROBS_MEMBERS, *MAX_TOKENS_MEMBERS)
+)
 
 
 def _bodiless_answer() -> bytes:
@@ -51,23 +56,36 @@ class BodyRoute(NamedTuple):
     model: str | None  # None: the body was refused before its model was read
     stream: bool | None  # None: unread, as `model`
     routed: bool  # a route serves the model: `answer` routes it
+    members: dict[str, Member] | None = None  # as read (None: the body was refused)
+    # The members that decide who reads the usage were read too (not when one of them is
+    # repeated: the provider judges that; only `model` and `stream` are checked here).
+    usage_members: bool = True
 
 
 def read_body(body: bytes, table: RoutingTable, counters: Counters) -> BodyRoute:
     """Read a buffered request body's model and stream flag, and route it."""
+    usage_members = True
     try:
-        members = find_members(decode_utf8(body), _MEMBERS)
+        text = decode_utf8(body)
+        try:
+            members = find_members(text, _MEMBERS)
+        except BodyError as exc:
+            if exc.problem != "duplicate" or exc.member in _ROUTED:
+                raise
+            members, usage_members = find_members(text, _ROUTED), False
         model = read_model(members.get("model"))
         stream = read_stream(members.get("stream"))
     except BodyError as exc:
         counters.inc(STAGE, outcome.BAD_REQUEST)
-        return BodyRoute(errors.BODY_PROBLEMS[exc.problem], None, None, routed=False)
+        return BodyRoute(errors.body_error(exc), None, None, routed=False)
     answer = table.routed_answer(model, stream=stream)
     if answer is None:
         counters.inc(STAGE, outcome.MODEL_NOT_FOUND)
-        return BodyRoute(errors.model_not_found(model), model, stream, routed=False)
+        return BodyRoute(
+            errors.model_not_found(model), model, stream, False, members, usage_members
+        )
     counters.inc(STAGE, outcome.ROUTED)
-    return BodyRoute(answer, model, stream, routed=True)
+    return BodyRoute(answer, model, stream, True, members, usage_members)
 
 
 def decide(body: bytes, table: RoutingTable, counters: Counters) -> bytes:

@@ -112,7 +112,6 @@ class ExtProcServer:
         server.add_generic_rpc_handlers(
             (
                 self.service.generic_handler(),
-                self.service.access_log_handler(),
                 self.service.records_handler(),
             )
         )

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import grpc
-from envoy.service.accesslog.v3 import als_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from sluicegate import wire
@@ -21,7 +20,7 @@ from sluicegate.records import RecordSink, logs_handler
 
 from . import counters as outcome
 from . import errors
-from .admission import AdmissionController, AdmissionStream, UsageLog, UsageStream
+from .admission import AdmissionController, AdmissionStream, UsageStream, charge_record
 from .attempt import AttemptCaches, AttemptStream
 from .counters import Counters
 from .error_body import ErrorBodyStream
@@ -30,10 +29,6 @@ from .table import RoutingTable
 
 SERVICE_NAME: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
 METHOD_NAME: Final = "Process"
-ACCESS_LOG_SERVICE_NAME: Final = "envoy.service.accesslog.v3.AccessLogService"
-ACCESS_LOG_METHOD_NAME: Final = "StreamAccessLogs"
-# StreamAccessLogsResponse has no fields: its wire form is empty.
-_ACCESS_LOGS_ANSWER: Final = b""
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +58,12 @@ class ExtProcService:
         self.counters = counters if counters is not None else Counters()
         self.admission = admission if admission is not None else AdmissionController()
         self._attempt_caches = AttemptCaches()
-        # Request records (docs/metrics.md) count into the registry /metrics serves.
-        self.records = RecordSink(self.admission.metrics.registry)
+        # Request records (docs/metrics.md) count into the registry /metrics serves, and
+        # charge their reservations (filters/admission/charge.py).
+        admission = self.admission
+        self.records = RecordSink(
+            admission.metrics.registry, on_record=lambda record: charge_record(admission, record)
+        )
 
     @property
     def table(self) -> RoutingTable:
@@ -82,32 +81,9 @@ class ExtProcService:
         )
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {METHOD_NAME: handler})
 
-    def access_log_handler(self) -> grpc.GenericRpcHandler[Any, bytes]:
-        """AccessLogService.StreamAccessLogs: the usage log of JSON answers (usage_log.py)."""
-        handler = grpc.stream_unary_rpc_method_handler(
-            self._access_logs,
-            request_deserializer=als_pb2.StreamAccessLogsMessage.FromString,
-            response_serializer=_identity,
-        )
-        return grpc.method_handlers_generic_handler(
-            ACCESS_LOG_SERVICE_NAME, {ACCESS_LOG_METHOD_NAME: handler}
-        )
-
     def records_handler(self) -> grpc.GenericRpcHandler[Any, bytes]:
         """OpenTelemetry LogsService.Export: every request's record (sluicegate.records)."""
         return logs_handler(self.records)
-
-    async def _access_logs(
-        self, requests: AsyncIterator[Any], _context: grpc.aio.ServicerContext[Any, bytes]
-    ) -> bytes:
-        usage = UsageLog(self.admission)
-        async for message in requests:
-            try:
-                usage.on_message(message)
-            except Exception:
-                log.exception("usage log failed on a message")
-                self.counters.inc(wire.STAGE_USAGE, outcome.INTERNAL_ERROR)
-        return _ACCESS_LOGS_ANSWER
 
     async def _process(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, bytes]

@@ -35,7 +35,7 @@ from typing import Final, Protocol
 from sluicegate import wire
 
 DEFAULT_MAX_JSON_BYTES: Final = 8 * 1024 * 1024
-MAX_TOKEN_COUNT: Final = 10**9  # larger usage numbers are garbage, not usage
+MAX_TOKEN_COUNT: Final = wire.MAX_USAGE_TOKENS
 # Kept from an over-long JSON response to find its usage (OpenAI puts it last).
 JSON_TAIL_BYTES: Final = 64 * 1024
 
@@ -117,8 +117,7 @@ class _Tally:
 
 
 def usage_counts(usage: object) -> tuple[int | None, int | None]:
-    """(input, output) tokens an OpenAI `usage` object states, by the rules above; also
-    for the usage log, which gets the members from Envoy rather than a body."""
+    """(input, output) tokens an OpenAI `usage` object states, by the rules above."""
     tally = _Tally()
     tally.read(usage)
     return tally.input_tokens, tally.output_tokens

@@ -23,9 +23,11 @@ from .gateway import (
 from .providers import SYSTEM_CA_FILE, HealthCheck, Provider, Scheme, Tls, is_ip
 from .routes import (
     CLUSTER_PREFIX,
+    LATENCY,
     Backend,
     Gate,
     Route,
+    Routing,
     first_match,
     gate_name,
     match_order,
@@ -33,6 +35,7 @@ from .routes import (
 
 __all__ = [
     "CLUSTER_PREFIX",
+    "LATENCY",
     "LISTENER_PREFIX",
     "ROUTE_CONFIG_PREFIX",
     "SYSTEM_CA_FILE",
@@ -46,6 +49,7 @@ __all__ = [
     "Provider",
     "Role",
     "Route",
+    "Routing",
     "Scheme",
     "Tenant",
     "Tls",

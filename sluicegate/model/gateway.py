@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Final, Literal
 
@@ -92,6 +92,21 @@ class Gateway:
             for model in models:
                 served.setdefault(model, []).append(route)
         return {model: tuple(served[model]) for model in sorted(served)}
+
+    def with_weights(self, weights: Mapping[str, Mapping[str, int]]) -> Gateway:
+        """This gateway with learned provider weights (route -> provider -> weight) on its
+        `routing: latency` routes; static routes, and names it lacks, are left alone. Pure:
+        the control plane passes the weights in as data, as it passes drains to
+        `build_model` (docs/latency-routing.md)."""
+        routes = tuple(
+            route.with_weights(weights[route.name])
+            if route.learns_weights and route.name in weights
+            else route
+            for route in self.routes
+        )
+        if all(new is old for new, old in zip(routes, self.routes, strict=True)):
+            return self
+        return replace(self, routes=routes)
 
     def route_for(self, model: str, path: str | None) -> Route | None:
         """The route Envoy picks for `model` at `path` (routes.first_match)."""

@@ -79,6 +79,8 @@ class Provider:
     # `prefix*`), and fixed headers of its own. Lower-case names, sorted.
     forward_headers: tuple[str, ...] = ()
     headers: tuple[tuple[str, str], ...] = ()
+    # May be asked for a stream's usage event (config.Provider.ask_stream_usage).
+    ask_stream_usage: bool = True
 
     @property
     def is_ip(self) -> bool:
@@ -130,6 +132,7 @@ def resolve_provider(provider: config.Provider, key: str | None) -> Provider:
             sorted({*provider.forward_headers, *([MOCK_KNOBS] if provider.mock else [])})
         ),
         headers=tuple(sorted(provider.headers.items())),
+        ask_stream_usage=provider.ask_stream_usage,
     )
 
 

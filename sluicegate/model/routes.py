@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from typing import Final, Protocol, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Final, Literal, Protocol, TypeVar
 
 from sluicegate import config
 
 from .providers import HealthCheck, Provider
 
 CLUSTER_PREFIX: Final = "route-"
+
+# How a route's providers share traffic within a priority level (config `routing:`):
+# the configured weights, or weights learned from latency and errors (sluicegate.latency).
+Routing = Literal["static", "latency"]
+LATENCY: Final = "latency"
 
 
 def gate_name(kind: str, name: str) -> str:
@@ -64,6 +69,9 @@ class Route:
     # What its requests are reported as unless a client picks another declared scenario
     # (config.DEFAULT_SCENARIO when the route names none).
     scenario: str = config.DEFAULT_SCENARIO
+    # Backend weights as configured (`static`), or as the control plane learns them
+    # (`latency`: Gateway.with_weights sets the learned ones; docs/latency-routing.md).
+    routing: Routing = "static"
 
     @property
     def cluster_name(self) -> str:
@@ -86,6 +94,12 @@ class Route:
         if only is not None and only.concurrency is not None:
             gates.append(Gate(gate_name("provider", only.name), only.concurrency))
         return tuple(gates)
+
+    @property
+    def asks_stream_usage(self) -> bool:
+        """A stream's usage event may be asked for: every provider takes the option (the
+        request is written before Envoy picks one, and a retry may go to another)."""
+        return all(backend.provider.ask_stream_usage for backend in self.backends)
 
     @property
     def shared_upstream_prefix(self) -> str | None:
@@ -124,6 +138,20 @@ class Route:
     def protocol(self) -> config.Protocol:
         """The one upstream protocol of the route's providers (validated to agree)."""
         return self.backends[0].provider.protocol
+
+    @property
+    def learns_weights(self) -> bool:
+        return self.routing == LATENCY
+
+    def with_weights(self, weights: Mapping[str, int]) -> Route:
+        """This route with `weights` (provider -> weight) for the providers they name;
+        the others keep theirs. Only what Envoy's endpoints carry changes."""
+        if all(weights.get(b.provider.name, b.weight) == b.weight for b in self.backends):
+            return self
+        backends = tuple(
+            replace(b, weight=weights.get(b.provider.name, b.weight)) for b in self.backends
+        )
+        return replace(self, backends=backends)
 
     @property
     def priority_levels(self) -> int:
@@ -220,5 +248,6 @@ def resolve_route(
         concurrency=route.concurrency,
         sole_provider=providers[configured.pop()] if len(configured) == 1 else None,
         scenario=route.scenario or config.DEFAULT_SCENARIO,
+        routing=route.routing,
     )
     return resolved, warning

@@ -12,7 +12,7 @@ metrics with bounded labels. docs/metrics.md.
 
 from .access_log import STDOUT, JsonLinesAccessLog, RecordWriter, record_line
 from .labels import LABELS, NONE, OTHER, Declared
-from .logs_service import LOGS_METHOD_NAME, LOGS_SERVICE_NAME, SLICE, logs_handler
+from .logs_service import LOGS_METHOD_NAME, LOGS_SERVICE_NAME, SLICE, RecordBatches, logs_handler
 from .metrics import (
     DURATION_BUCKETS,
     QUEUE_BUCKETS,
@@ -38,6 +38,7 @@ __all__ = [
     "TTFT_BUCKETS",
     "Declared",
     "JsonLinesAccessLog",
+    "RecordBatches",
     "RecordMetrics",
     "RecordSink",
     "RecordWriter",

@@ -1,4 +1,5 @@
-"""OpenTelemetry's LogsService.Export, served on the ext_proc servers' gRPC port.
+"""OpenTelemetry's LogsService.Export, served on the ext_proc servers' gRPC port (and on
+the control plane's, for the latency record log: docs/latency-routing.md).
 
 Envoy's record access log (xds/translate/record_log.py) sends a batch of request records
 per flush as one unary call. The venv's opentelemetry-proto ships no gRPC stub, so this
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
 
 import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
-from .sink import RecordSink, log_records
+from .sink import log_records
 
 LOGS_SERVICE_NAME: Final = "opentelemetry.proto.collector.logs.v1.LogsService"
 LOGS_METHOD_NAME: Final = "Export"
@@ -32,7 +34,14 @@ def _identity(data: bytes) -> bytes:
     return data
 
 
-def logs_handler(sink: RecordSink) -> grpc.GenericRpcHandler[Any, bytes]:
+class RecordBatches(Protocol):
+    """What takes a batch's OpenTelemetry LogRecords, a slice at a time: the ext_proc
+    servers' RecordSink, or the control plane's latency router (sluicegate.latency)."""
+
+    def on_records(self, batch: Sequence[Any]) -> int: ...
+
+
+def logs_handler(sink: RecordBatches) -> grpc.GenericRpcHandler[Any, bytes]:
     """LogsService.Export, feeding each batch to `sink`."""
 
     async def export(request: Any, _context: grpc.aio.ServicerContext[Any, bytes]) -> bytes:

@@ -24,8 +24,6 @@ _ABSENT: Final = "-"
 MAX_TEXT: Final = 256
 # Microsecond timings and counts beyond this are not a request's (about 31 years in µs).
 _MAX_DIGITS: Final = 15
-# JSON numbers read as token counts must be whole and below 2**53 (exact in a double).
-_MAX_COUNT: Final = 2**53
 
 # Not an answer: no response was sent because the client left first (status 0, flag DC).
 CLIENT_CLOSED: Final = "client_closed"
@@ -62,6 +60,13 @@ class RequestRecord:
     input_tokens: int | None
     output_tokens: int | None
     start_unix_ns: int  # when the request began (wall clock); 0 if unknown
+    # Events of a stream that carried generated text (Envoy's count; None: not counted).
+    content_events: int | None = None
+    # The admission stage's reservation ("" for none) and its estimate, for the charge.
+    reservation: str = ""
+    estimate_input: int = 0
+    estimate_output: int = 0
+    usage_by_observer: bool = False  # the usage observer charges it (a large JSON answer)
 
 
 def _text(value: str | None) -> str:
@@ -98,12 +103,13 @@ def _meta_text(meta: Mapping[str, Any], key: str) -> str:
 
 
 def _tokens(usage: Mapping[str, Any], *keys: str) -> int | None:
-    """The first member that is a whole count (JSON numbers come as doubles: 20.0)."""
+    """The first member that is a whole count up to wire.MAX_USAGE_TOKENS, as the body
+    parser takes them (JSON numbers come as doubles: 20.0)."""
     for key in keys:
         value = usage.get(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
-        if math.isfinite(value) and value == int(value) and 0 <= value < _MAX_COUNT:
+        if math.isfinite(value) and value == int(value) and 0 <= value <= wire.MAX_USAGE_TOKENS:
             return int(value)
     return None
 
@@ -180,7 +186,8 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
     model_sent = model_maps.get(provider, {}).get(model, model) if provider else ""
     start = getattr(log_record, "time_unix_nano", 0)
     return RequestRecord(
-        route=_text(attrs.get(wire.RECORD_ROUTE)),
+        # The routing stage names the model route of a request it refused after routing.
+        route=_meta_text(meta, wire.META_ROUTE) or _text(attrs.get(wire.RECORD_ROUTE)),
         provider=provider,
         model=model,
         model_sent=model_sent,
@@ -203,4 +210,9 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
         input_tokens=_tokens(usage, "prompt_tokens", "input_tokens"),
         output_tokens=_tokens(usage, "completion_tokens", "output_tokens"),
         start_unix_ns=start if isinstance(start, int) and start > 0 else 0,
+        content_events=_tokens(usage, wire.USAGE_CONTENT_EVENTS),
+        reservation=_meta_text(meta, wire.META_RESERVATION),
+        estimate_input=_count(_meta_text(meta, wire.META_ESTIMATE_INPUT)) or 0,
+        estimate_output=_count(_meta_text(meta, wire.META_ESTIMATE_OUTPUT)) or 0,
+        usage_by_observer=meta.get(wire.META_USAGE_VIA) == wire.USAGE_VIA_OBSERVER,
     )

@@ -8,7 +8,7 @@ decoded once per record and counted; nothing here runs per chunk of a response.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -32,13 +32,20 @@ def log_records(export: Any) -> Iterator[Any]:
             yield from scope_logs.logs
 
 
+# Called with each record: the ext_proc server charges its reservation (filters/admission).
+RecordHandler = Callable[[RequestRecord], object]
+
+
 class RecordSink:
-    """Decodes records and feeds the metrics and, when set, the access log."""
+    """Decodes records and feeds the metrics, `on_record` and, when set, the access log."""
 
-    __slots__ = ("_access_log", "_declared", "metrics")
+    __slots__ = ("_access_log", "_declared", "_on_record", "metrics")
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, on_record: RecordHandler | None = None
+    ) -> None:
         self.metrics = RecordMetrics(registry)
+        self._on_record = on_record
         self._declared = Declared()
         self._access_log: RecordWriter | None = None
 
@@ -71,10 +78,16 @@ class RecordSink:
         """Some OpenTelemetry LogRecords of a batch: decode, count and log each."""
         declared = self._declared
         metrics = self.metrics
+        on_record = self._on_record
         records: list[RequestRecord] = []
         for log_record in batch:
             record = decode(log_record, declared.model_maps)
             metrics.observe(record, declared.labels(record))
+            if on_record is not None:
+                try:
+                    on_record(record)
+                except Exception:  # one record's fault never costs the batch
+                    log.exception("handling a request record failed")
             records.append(record)
         if self._access_log is not None and records:
             try:

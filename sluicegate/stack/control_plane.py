@@ -15,6 +15,13 @@ files of the last good config, so editing either reloads.
 Live drains (`sluicegate drain`) are kept in `drained_file` when one is given (`up`
 gives its work directory's `drained.json`), so a restarted control plane publishes
 the same snapshot, with the same versions, and a reconnecting Envoy is sent nothing.
+
+`routing: latency` routes get the weights the latency router learned (sluicegate.latency)
+as data: `build_model(...)` gives the configured weights, `Gateway.with_weights` the
+learned ones, and translation stays pure. A reload keeps what was learned for the routes
+and providers still there; a weight change alone (`tick_weights`, once a second) replaces
+only the EDS resources of the snapshot, so no other type's version moves and no listener,
+route or cluster is sent again (docs/latency-routing.md).
 """
 
 from __future__ import annotations
@@ -33,9 +40,10 @@ from sluicegate.config import (
     load_config,
     resolve_api_keys,
 )
+from sluicegate.latency import LatencyRouter, WeightChange
 from sluicegate.model import Gateway, build_model
 from sluicegate.stack.rejection import log_rejection
-from sluicegate.xds.server import Snapshot, SnapshotCache
+from sluicegate.xds.server import ENDPOINT, Snapshot, SnapshotCache
 from sluicegate.xds.translate import RouteMemo, translate
 
 log = logging.getLogger("sluicegate.control_plane")
@@ -60,13 +68,18 @@ class ControlPlane:
         cache: SnapshotCache,
         on_model: Callable[[Gateway], None] = lambda gateway: None,
         drained_file: Path | None = None,
+        latency: LatencyRouter | None = None,
     ) -> None:
         self.path = path
         self.cache = cache
         self.on_model = on_model
         self.config: Config | None = None
-        # The resolved model of the last good config (drains applied), as pushed.
+        # The resolved model of the last good config (drains applied), as pushed: with the
+        # learned weights of its latency routes; `configured` with the file's.
         self.model: Gateway | None = None
+        self.configured: Gateway | None = None
+        # Learned weights of `routing: latency` routes, fed by Envoy's latency record log.
+        self.latency = latency or LatencyRouter()
         self.snapshot: Snapshot | None = None
         self.last_outcome: ReloadOutcome | None = None
         self.reloads_ok = 0
@@ -125,19 +138,24 @@ class ControlPlane:
 
     def publish(self, config: Config) -> ReloadOutcome:
         """Translate config (with drains applied) and hand it to Envoy and the filter."""
-        model = build_model(config, self.keys, self.drained)
-        for warning in model.warnings:
+        configured = build_model(config, self.keys, self.drained)
+        for warning in configured.warnings:
             log.warning("%s", warning)
+        self.latency.load(configured)  # keeps what was learned of routes still there
+        model = configured.with_weights(self.latency.weights())
         snapshot = Snapshot.from_resources(translate(model, self._memo))
         # docs/xds-rules.md rule 14: a snapshot naming a resource it lacks is never
         # published; the last good config (Envoy's and the filter's) keeps serving.
         missing = self.cache.missing_references(snapshot)
         if missing:
+            if self.configured is not None:
+                self.latency.load(self.configured)  # back to the routes still served
             shown = [f"inconsistent snapshot, not published: {m}" for m in missing[:5]]
             more = [f"(and {len(missing) - 5} more)"] if len(missing) > 5 else []
             return self._reject(shown + more)
         changed = _changed_types(self.snapshot, snapshot)
         self.config = config
+        self.configured = configured
         self.model = model
         self.snapshot = snapshot
         # Filter first: a model that Envoy is about to route must already be known to it.
@@ -148,6 +166,31 @@ class ControlPlane:
         if changed:
             log.info("config %s published; changed: %s", self.path, ", ".join(changed))
         return self.last_outcome
+
+    def tick_weights(self) -> list[WeightChange]:
+        """Move the learned weights one step (LatencyRouter.tick) and push the routes whose
+        weights changed: only their ClusterLoadAssignments are new, every other resource of
+        the snapshot is the one Envoy has. Returns what was pushed (each logged)."""
+        if self.configured is None or self.snapshot is None:
+            return []
+        changes = self.latency.tick()
+        if not changes:
+            return []
+        model = self.configured.with_weights(self.latency.weights())
+        endpoints = Snapshot.from_resources({ENDPOINT: translate(model, self._memo)[ENDPOINT]})
+        current = self.snapshot
+        snapshot = Snapshot(
+            {
+                **{type_url: current.resources(type_url) for type_url in current.type_urls()},
+                ENDPOINT: endpoints.resources(ENDPOINT),
+            }
+        )
+        self.cache.set_snapshot(snapshot)
+        self.model = model
+        self.snapshot = snapshot
+        for change in changes:
+            log.info("%s", change.describe())
+        return changes
 
     def _reject(self, problems: list[str], warnings: Iterable[object] = ()) -> ReloadOutcome:
         """Keep serving the last good config, and say why the new one was not taken."""

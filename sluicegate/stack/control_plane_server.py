@@ -8,6 +8,10 @@ last good config and reconnects when it is back; a restarted control plane build
 same snapshot with the same versions (live drains from `--drained-file`), so Envoy is
 sent nothing again (docs/xds-rules.md rule 3). `up` runs it as a child and restarts it;
 in Kubernetes it is the control plane's Deployment.
+
+Its gRPC server also serves OpenTelemetry's LogsService: Envoy's latency record log sends
+the records of `routing: latency` routes there, and once a second the learned weights
+move and, when they changed, go out over EDS (docs/latency-routing.md).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 import signal
 from pathlib import Path
 
+from sluicegate.records import logs_handler
 from sluicegate.stack.control_plane import ControlPlane
 from sluicegate.stack.heap import settle_heap
 from sluicegate.stack.status_http import start_status_http
@@ -47,16 +52,29 @@ async def run_control_plane(
             loop.add_signal_handler(sig, stop_event.set)
     xds = xds_address or addresses.xds
     http = http_address or addresses.http
-    ads = await serve_ads(control_plane.cache, xds)
+    ads = await serve_ads(control_plane.cache, xds, handlers=[logs_handler(control_plane.latency)])
     runner = await start_status_http(control_plane, http)
     # The config file and the key files it names: a rotated key reloads too.
     watcher = asyncio.create_task(watch_files(control_plane.watched_paths, control_plane.load))
+    weigher = asyncio.create_task(_tick_weights(control_plane))
     log.info("control plane: xDS on %s, status on %s", xds, http)
     settle_heap()
     try:
         await stop_event.wait()
     finally:
+        weigher.cancel()
         watcher.cancel()
         await runner.cleanup()
         await ads.stop(1.0)
     return 0
+
+
+async def _tick_weights(control_plane: ControlPlane) -> None:
+    """Once a tick, move the learned weights of `routing: latency` routes and push them."""
+    period = control_plane.latency.weighing.tick_s
+    while True:
+        await asyncio.sleep(period)
+        try:
+            control_plane.tick_weights()
+        except Exception:  # a bug here must not stop the weighing, nor the control plane
+            log.exception("latency weights: a tick failed")

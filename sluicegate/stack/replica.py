@@ -135,9 +135,16 @@ async def run_ext_proc(
 LAST_GOOD_NAME = "last-good.yaml"
 
 
-def replica_specs(path: Path, addresses: Sequence[str], work_dir: Path) -> list[ChildSpec]:
-    """How to start `sluicegate ext-proc` for each address (log ext-proc-<index>.log),
-    keeping the file's last good version in the work directory."""
+def replica_http(sockets: Path, index: int) -> str:
+    """The private endpoint of replica `index` (`up` sums its /metrics with the others')."""
+    return f"unix:{sockets / f'ext-proc-{index}.sock'}"
+
+
+def replica_specs(
+    path: Path, addresses: Sequence[str], work_dir: Path, sockets: Path
+) -> list[ChildSpec]:
+    """How to start `sluicegate ext-proc` for each address (log ext-proc-<index>.log,
+    endpoint replica_http), keeping the file's last good version in the work directory."""
     last_good = str(work_dir / LAST_GOOD_NAME)
     command = [sys.executable, "-m", "sluicegate", "ext-proc", str(path)]
     return [
@@ -145,7 +152,11 @@ def replica_specs(path: Path, addresses: Sequence[str], work_dir: Path) -> list[
             kind="ext_proc_replica",
             name=address,
             address=address,
-            argv=[*command, "--address", address, "--last-good", last_good],
+            argv=[
+                *command,
+                *("--address", address, "--http", replica_http(sockets, index)),
+                *("--last-good", last_good),
+            ],
             log_path=work_dir / f"ext-proc-{index}.log",
         )
         for index, address in enumerate(addresses)

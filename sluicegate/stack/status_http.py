@@ -1,6 +1,9 @@
 """sluicegate's own HTTP endpoint: /metrics (Prometheus), /status (JSON), /healthz.
 
-Read-only views of the control plane; it holds no state of its own.
+Read-only views of the control plane; it holds no state of its own. Provider weights per
+route (`routing` in /status, `sluicegate_provider_*` gauges) come from the latency router:
+every route's configured weights, and on `routing: latency` routes the learned weight and
+the smoothed figures it was learned from (docs/latency-routing.md).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sluicegate.latency import ProviderWeight
 from sluicegate.stack.control_plane import ControlPlane
 from sluicegate.stack.http_site import serve_app, status_endpoint
 
@@ -45,6 +49,68 @@ class ControlPlaneCollector(Collector):
                 if nack:
                     nacks.add_metric([status.node_id, type_url.rsplit(".", 1)[-1]], 1)
         yield nacks
+        yield from _weight_gauges(self.cp.latency.report())
+
+
+# Gauge name, help, and the ProviderWeight field it shows (None values are left out).
+_WEIGHT_GAUGES = (
+    ("sluicegate_provider_weight", "A provider's weight in a route, as pushed", "weight"),
+    (
+        "sluicegate_provider_configured_weight",
+        "A provider's weight in a route, as configured",
+        "configured_weight",
+    ),
+    (
+        "sluicegate_provider_ttft_smoothed_seconds",
+        "A latency route's provider: smoothed time to first token",
+        "ttft_s",
+    ),
+    (
+        "sluicegate_provider_tpot_smoothed_seconds",
+        "A latency route's provider: smoothed time per output token",
+        "tpot_s",
+    ),
+    (
+        "sluicegate_provider_error_rate",
+        "A latency route's provider: smoothed share of failed requests",
+        "error_rate",
+    ),
+)
+
+
+def _weight_gauges(report: dict[str, dict[str, ProviderWeight]]) -> Iterator[GaugeMetricFamily]:
+    for name, help_text, attribute in _WEIGHT_GAUGES:
+        gauge = GaugeMetricFamily(name, help_text, labels=["route", "provider"])
+        for route, providers in report.items():
+            for provider, weight in providers.items():
+                value = getattr(weight, attribute)
+                if value is not None:
+                    gauge.add_metric([route, provider], value)
+        yield gauge
+
+
+def routing_document(report: dict[str, dict[str, ProviderWeight]]) -> dict[str, Any]:
+    """/status `routing`: route -> provider -> weight, configured_weight, share, ttft_s,
+    tpot_s, error_rate, samples (None for what a static route does not learn)."""
+    return {
+        route: {
+            provider: {
+                "weight": weight.weight,
+                "configured_weight": weight.configured_weight,
+                "share": weight.share,
+                "ttft_s": _rounded(weight.ttft_s),
+                "tpot_s": _rounded(weight.tpot_s),
+                "error_rate": _rounded(weight.error_rate),
+                "samples": weight.samples,
+            }
+            for provider, weight in providers.items()
+        }
+        for route, providers in report.items()
+    }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def status_document(cp: ControlPlane) -> dict[str, Any]:
@@ -63,6 +129,7 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
         "versions": {} if cp.snapshot is None else cp.snapshot.versions(),
         "models": [] if cp.model is None else sorted(cp.model.served),
         "drained": [] if cp.model is None else sorted(cp.model.drained),
+        "routing": routing_document(cp.latency.report()),
         "nodes": [s.to_dict() for s in cp.cache.status()],
     }
 

@@ -35,7 +35,7 @@ from sluicegate.stack.adoption import (
 from sluicegate.stack.envoy_child import envoy_spec, wait_ready
 from sluicegate.stack.heap import settle_heap
 from sluicegate.stack.mocks import mock_specs
-from sluicegate.stack.replica import LAST_GOOD_NAME, replica_specs
+from sluicegate.stack.replica import LAST_GOOD_NAME, replica_http, replica_specs
 from sluicegate.stack.supervisor import (
     Child,
     ChildSpec,
@@ -107,7 +107,7 @@ async def _run_locked(
         *(mock_specs(config, keys, work_dir) if options.start_mocks else []),
         _control_plane_spec(path, addresses.xds, control_plane_http, work_dir, config),
         _main_ext_proc_spec(path, addresses.ext_proc, ext_proc_http, work_dir),
-        *replica_specs(path, addresses.ext_proc_replicas, work_dir),
+        *replica_specs(path, addresses.ext_proc_replicas, work_dir, sockets),
     ]
     # Envoy last, once `up`'s endpoint answers: /status works whenever the gateway does.
     envoy = [
@@ -164,6 +164,12 @@ async def _run_locked(
             ChildEndpoint(control_plane_http),
             ChildEndpoint(ext_proc_http),
             supervisor.status,
+            # Its own Envoy's admin, for each route's provider health (none with --no-envoy).
+            ChildEndpoint(addresses.envoy_admin) if envoy else None,
+            {
+                address: ChildEndpoint(replica_http(sockets, index))
+                for index, address in enumerate(addresses.ext_proc_replicas)
+            },
         )
         stack.push_async_callback(runner.cleanup)
         log.info("status on http://%s/status", addresses.http)

@@ -2,20 +2,24 @@
 
 `/status` is the control plane's document (config, versions, Envoy nodes and their
 NACKs), the main ext_proc server's admission state (gates, queues, limiter store) and
-every process `up` runs, with its state; `/metrics` is the control plane's and the main
-ext_proc's metrics and `sluicegate_process_up` per process; `/drain/<provider>` is
-passed to the control plane. `up` reaches both over Unix sockets in its work directory
-(stack/http_site.py). A child that does not answer is shown as such: `/status` still
-answers, with the process down, so `sluicegate status` can say which one is. Both
-children are asked at once, each for at most 1 s: a hung child costs `/status` 1 s,
-well within `sluicegate status`'s 5 s, and never hides the other's answer.
+every process `up` runs, with its state, and each route's providers as `up`'s own Envoy
+holds them (`providers`: hosts, healthy, ejected, weight; stack/provider_health.py);
+`/metrics` is the control plane's and the main ext_proc's metrics,
+`sluicegate_process_up` per process and the providers' host health; `/drain/<provider>`
+is passed to the control plane. `up` reaches the two children over Unix sockets in its
+work directory (stack/http_site.py), and Envoy at its admin (`sluicegate.envoy_admin`,
+TCP or a Unix socket). A child that does not answer is shown as such: `/status` still
+answers, with the process down, so `sluicegate status` can say which one is. All three
+are asked at once, each for at most 1 s: a hung child costs `/status` 1 s, well within
+`sluicegate status`'s 5 s, and never hides another's answer. An Envoy that does not
+answer leaves the host gauges without samples.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 import aiohttp
@@ -25,7 +29,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sluicegate.config import parse_admin_address
+from sluicegate.stack.ext_proc_metrics import MAIN_SERVER, labelled_exposition
 from sluicegate.stack.http_site import serve_app, status_endpoint
+from sluicegate.stack.provider_health import (
+    CLUSTERS_PATH,
+    RouteHealth,
+    health_metrics,
+    providers_document,
+    read_clusters,
+)
 
 _TIMEOUT: Final = aiohttp.ClientTimeout(total=1.0)
 NOT_ANSWERING: Final = "not answering"
@@ -33,20 +45,28 @@ Processes = Callable[[], list[dict[str, Any]]]
 
 
 class ChildEndpoint:
-    """The private HTTP endpoint of one child (`unix:/path`), asked with a short timeout."""
+    """The HTTP endpoint of one child, asked with a short timeout: `unix:/path` (the
+    control plane's and the main ext_proc's, in the work directory) or `host:port`
+    (Envoy's admin may be either). Never through a proxy (aiohttp reads no proxy
+    settings from the environment unless told to)."""
 
     def __init__(self, address: str) -> None:
-        path = parse_admin_address(address).path
-        assert path is not None, "children serve `up` on Unix sockets"
-        self.path = path
+        parsed = parse_admin_address(address)
+        self.path = parsed.path
+        host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+        self.base_url = "http://child" if parsed.path else f"http://{host}:{parsed.port}"
+
+    def _connector(self) -> aiohttp.BaseConnector:
+        if self.path is not None:
+            return aiohttp.UnixConnector(path=self.path)
+        return aiohttp.TCPConnector()
 
     async def request(self, method: str, path: str) -> tuple[int, bytes] | None:
         """(status, body), or None when the child does not answer."""
         try:
-            connector = aiohttp.UnixConnector(path=self.path)
             async with (
-                aiohttp.ClientSession(connector=connector, timeout=_TIMEOUT) as session,
-                session.request(method, f"http://child{path}") as response,
+                aiohttp.ClientSession(connector=self._connector(), timeout=_TIMEOUT) as session,
+                session.request(method, self.base_url + path) as response,
             ):
                 return response.status, await response.read()
         except (aiohttp.ClientError, OSError, TimeoutError):
@@ -80,20 +100,40 @@ class ProcessCollector(Collector):
         yield gauge
 
 
+async def provider_health(envoy_admin: ChildEndpoint | None) -> RouteHealth | None:
+    """Each route's providers as Envoy holds them; None without an Envoy or an answer."""
+    if envoy_admin is None:
+        return None
+    clusters = await envoy_admin.json(CLUSTERS_PATH)
+    return None if clusters is None else read_clusters(clusters)
+
+
 def make_up_app(
-    control_plane: ChildEndpoint, ext_proc: ChildEndpoint, processes: Processes
+    control_plane: ChildEndpoint,
+    ext_proc: ChildEndpoint,
+    processes: Processes,
+    envoy_admin: ChildEndpoint | None = None,
+    replicas: Mapping[str, ChildEndpoint] | None = None,
 ) -> web.Application:
+    """`envoy_admin`: the admin of `up`'s own Envoy (None when `up` starts none);
+    `replicas`: the ext_proc replicas' endpoints by their gRPC address, whose metrics are
+    shown with the main server's, each sample labelled by its server
+    (ext_proc_metrics.py)."""
+    replicas = dict(replicas or {})
     registry = CollectorRegistry()
     registry.register(ProcessCollector(processes))
 
     async def document() -> dict[str, Any]:
-        found, admission = await asyncio.gather(
-            control_plane.json("/status"), ext_proc.json("/status")
+        found, admission, health = await asyncio.gather(
+            control_plane.json("/status"), ext_proc.json("/status"), provider_health(envoy_admin)
         )
         result: dict[str, Any] = found or {"control_plane": NOT_ANSWERING, "last_reload": None}
         if admission is None:
             result["ext_proc"] = NOT_ANSWERING
+        if envoy_admin is not None and health is None:
+            result["envoy"] = NOT_ANSWERING
         result["admission"] = None if admission is None else admission.get("admission")
+        result["providers"] = None if health is None else providers_document(health)
         result["processes"] = processes()
         return result
 
@@ -101,11 +141,26 @@ def make_up_app(
         return web.json_response(await document(), dumps=lambda o: json.dumps(o, indent=2))
 
     async def metrics(_: web.Request) -> web.Response:
-        parts = [generate_latest(registry)]
-        answers = await asyncio.gather(
-            control_plane.request("GET", "/metrics"), ext_proc.request("GET", "/metrics")
+        planes, health, ext_procs = await asyncio.gather(
+            control_plane.request("GET", "/metrics"),
+            provider_health(envoy_admin),
+            asyncio.gather(
+                *(server.request("GET", "/metrics") for server in (ext_proc, *replicas.values()))
+            ),
         )
-        parts += [answer[1] for answer in answers if answer is not None and answer[0] == 200]
+        parts = [generate_latest(registry), health_metrics(health)]
+        if planes and planes[0] == 200:
+            parts.append(planes[1])
+        if replicas:  # each server's samples labelled by it (ext_proc_metrics.py)
+            names = (MAIN_SERVER, *replicas)
+            answered = [
+                (name, answer[1])
+                for name, answer in zip(names, ext_procs, strict=True)
+                if answer and answer[0] == 200
+            ]
+            parts.append(labelled_exposition(answered))
+        elif ext_procs[0] and ext_procs[0][0] == 200:
+            parts.append(ext_procs[0][1])
         return web.Response(body=b"".join(parts), content_type="text/plain")
 
     async def drain(request: web.Request) -> web.Response:
@@ -123,6 +178,12 @@ def make_up_app(
 
 
 async def start_up_http(
-    address: str, control_plane: ChildEndpoint, ext_proc: ChildEndpoint, processes: Processes
+    address: str,
+    control_plane: ChildEndpoint,
+    ext_proc: ChildEndpoint,
+    processes: Processes,
+    envoy_admin: ChildEndpoint | None = None,
+    replicas: Mapping[str, ChildEndpoint] | None = None,
 ) -> web.AppRunner:
-    return await serve_app(make_up_app(control_plane, ext_proc, processes), address)
+    app = make_up_app(control_plane, ext_proc, processes, envoy_admin, replicas)
+    return await serve_app(app, address)

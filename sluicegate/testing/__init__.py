@@ -16,6 +16,7 @@ from .ads_client import GRPC_EOF, AdsClient, NackPolicy, Received
 from .bootstraps import (
     admin,
     ads_bootstrap,
+    edited_listeners,
     grpc_cluster,
     static_bootstrap,
     to_dict,
@@ -57,6 +58,7 @@ __all__ = [
     "children_of",
     "cpu_by_role",
     "cpu_seconds",
+    "edited_listeners",
     "ext_proc_filter",
     "free_port",
     "free_ports",

@@ -11,7 +11,7 @@ secrets in `static_bootstrap`, referenced by name; `ads_bootstrap` keeps them on
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -68,17 +68,12 @@ def grpc_cluster(name: str, port: int) -> dict[str, Any]:
     }
 
 
-def static_bootstrap(
-    resources: Mapping[str, Sequence[Message]], *, ext_proc_port: int, admin_port: int = 0
-) -> dict[str, Any]:
-    """Listeners with inline route configs, EDS clusters turned STATIC with their CLA,
-    SDS secrets turned static (a static secret is named without `sds_config`)."""
-    routes = {r.name: r for r in resources[ROUTE] if isinstance(r, route_pb2.RouteConfiguration)}
-    assignments = {
-        a.cluster_name: a
-        for a in resources[ENDPOINT]
-        if isinstance(a, endpoint_pb2.ClusterLoadAssignment)
-    }
+def edited_listeners(
+    resources: Mapping[str, Sequence[Message]],
+    edit: Callable[[hcm_pb2.HttpConnectionManager], None],
+) -> list[listener_pb2.Listener]:
+    """Copies of the translation's listeners, `edit` applied to each one's HTTP connection
+    manager (the network filter after an optional connection limit)."""
     listeners = []
     for resource in resources[LISTENER]:
         assert isinstance(resource, listener_pb2.Listener)
@@ -90,9 +85,28 @@ def static_bootstrap(
                     continue  # the connection limit before it
                 hcm = hcm_pb2.HttpConnectionManager()
                 assert network_filter.typed_config.Unpack(hcm)
-                hcm.route_config.CopyFrom(routes[hcm.rds.route_config_name])
+                edit(hcm)
                 network_filter.typed_config.Pack(hcm)
-        listeners.append(to_dict(listener))
+        listeners.append(listener)
+    return listeners
+
+
+def static_bootstrap(
+    resources: Mapping[str, Sequence[Message]], *, ext_proc_port: int, admin_port: int = 0
+) -> dict[str, Any]:
+    """Listeners with inline route configs, EDS clusters turned STATIC with their CLA,
+    SDS secrets turned static (a static secret is named without `sds_config`)."""
+    routes = {r.name: r for r in resources[ROUTE] if isinstance(r, route_pb2.RouteConfiguration)}
+    assignments = {
+        a.cluster_name: a
+        for a in resources[ENDPOINT]
+        if isinstance(a, endpoint_pb2.ClusterLoadAssignment)
+    }
+
+    def inline_routes(hcm: hcm_pb2.HttpConnectionManager) -> None:
+        hcm.route_config.CopyFrom(routes[hcm.rds.route_config_name])
+
+    listeners = [to_dict(listener) for listener in edited_listeners(resources, inline_routes)]
     clusters = []
     for resource in resources[CLUSTER]:
         assert isinstance(resource, cluster_pb2.Cluster)

@@ -38,12 +38,12 @@ def _usage() -> dict[str, int]:
     }
 
 
-def _chunk(content: str | None, *, usage: bool = False) -> bytes:
+def _chunk(content: str | None, *, usage: bool = False, end: bytes = b"\n\n") -> bytes:
     choices = [] if content is None else [{"index": 0, "delta": {"content": content}}]
     event: dict[str, Any] = {"id": "c1", "object": "chat.completion.chunk", "choices": choices}
     if usage:
         event["usage"] = _usage()
-    return b"data: " + json.dumps(event).encode() + b"\n\n"
+    return b"data: " + json.dumps(event).encode() + end
 
 
 async def _stream(request: web.Request, events: list[bytes], *, cut: bool = False,
@@ -52,6 +52,8 @@ async def _stream(request: web.Request, events: list[bytes], *, cut: bool = Fals
     await response.prepare(request)
     for event in events:
         await response.write(event)
+        if not event.endswith(b"\n"):  # half an event: its rest comes in another read
+            await asyncio.sleep(0.05)
     if hang:
         await asyncio.sleep(3600)  # until the client (through Envoy) goes away
     if cut:
@@ -87,6 +89,26 @@ async def _answer(request: web.Request) -> web.StreamResponse:
         return await _stream(request, [*contents, _chunk(None, usage=True), b"data: [DONE]\n\n"])
     if shape == "sse":
         return await _stream(request, [*contents, b"data: [DONE]\n\n"])
+    # The usage event split across two writes, or on the last content event (choices and
+    # usage together, as some providers send it), or with CRLF line ends.
+    if shape == "sse-usage-split":
+        event = _chunk(None, usage=True)
+        half = len(event) // 2
+        return await _stream(request, [*contents, event[:half], event[half:], b"data: [DONE]\n\n"])
+    if shape == "sse-usage-on-content":
+        last = _chunk("t-last", usage=True)
+        return await _stream(request, [*contents, last, b"data: [DONE]\n\n"])
+    if shape == "sse-usage-on-content-and-asked":  # Groq-like extra usage, then OpenAI's
+        last = _chunk("t-last", usage=True)
+        return await _stream(
+            request, [*contents, last, _chunk(None, usage=True), b"data: [DONE]\n\n"]
+        )
+    if shape == "sse-empty":  # no event with text at all
+        return await _stream(request, [b"data: [DONE]\n\n"])
+    if shape == "sse-usage-crlf":
+        crlf = [c.replace(b"\n\n", b"\r\n\r\n") for c in contents]
+        usage = _chunk(None, usage=True, end=b"\r\n\r\n")
+        return await _stream(request, [*crlf, usage, b"data: [DONE]\r\n\r\n"])
     if shape == "sse-malformed":
         return await _stream(request, [contents[0], b"data: {nope\n\n", b"data: \xff\n\n"])
     if shape == "sse-cut":
@@ -135,7 +157,8 @@ def scripted_provider(port: int) -> Iterator[ScriptedProvider]:
     started = threading.Event()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", _answer)
-    runner = web.AppRunner(app, handle_signals=False)
+    # Answers still hanging at the end (the `hang` shapes) are cancelled, not waited for.
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
 
     def serve() -> None:
         asyncio.set_event_loop(loop)

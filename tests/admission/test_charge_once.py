@@ -4,8 +4,10 @@
 that answers each shape on request (scripted_provider.py). For each answer shape, one
 request; then the counters say who reported its usage (`usage_reports_total{source}`),
 once, and what it was charged (`tokens_charged_total`), by filters/admission/charge.py:
-the provider's usage when it gives one, a stream's content chunks without it, the
-estimate for a JSON answer without usage, nothing for an error or an unanswered request.
+the provider's usage when it gives one, a stream's content events without it, the
+estimate for a JSON answer without usage, nothing for an error or an unanswered request;
+and, for streams, whether the client received a usage event: only when it asked for one
+(or the provider put usage on a content event).
 """
 
 from __future__ import annotations
@@ -45,9 +47,8 @@ SOURCES = ("provider", "counted", "estimate", "error")
 # After the first report, how long a second one would take at most to show: the usage
 # log flushes every 100 ms, the observer charges when the response ends.
 SETTLE_S = 1.5
-# A stream cut before its end is charged when Envoy closes the observer's stream, up to
-# its deferred close timeout (5 s) later.
 REPORT_WAIT_S = 20.0
+USAGE_EVENT = re.compile(rb'"usage":\s*\{')
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class Case:
     client_cut: str | None = None  # "before_headers" or "mid_stream"
     source: str = "provider"
     charged: str = "usage"  # "usage", "estimate", "counted:<n>" or "nothing"
+    # A stream: whether the client receives a usage event (None: not checked).
+    client_sees_usage: bool | None = None
 
 
 CT, STATUS = CONTENT_TYPE_HEADER, STATUS_HEADER
@@ -69,9 +72,32 @@ CASES = {
     "json +json type": Case("json", headers=((CT, "application/vnd.api+json"),)),
     "json without usage": Case("json-no-usage", source="estimate", charged="estimate"),
     "json malformed": Case("json-malformed", source="estimate", charged="estimate"),
-    "sse with usage": Case("sse-usage", stream=True, include_usage=True),
+    "sse with usage": Case("sse-usage", stream=True, include_usage=True, client_sees_usage=True),
+    # The client did not ask: the gateway asks for the usage event and cuts it out
+    # (filters/usage_reader.py, xds/translate/stream_usage.py).
+    "sse with usage asked for the client": Case(
+        "sse-usage", stream=True, client_sees_usage=False
+    ),
+    "sse with usage asked, CRLF": Case("sse-usage-crlf", stream=True, client_sees_usage=False),
+    # Usage on the last content event: the event is the client's, so it passes.
+    "sse with usage on a content event": Case(
+        "sse-usage-on-content", stream=True, client_sees_usage=True
+    ),
+    # Split across two reads: held back until whole, then cut.
+    "sse with a split usage event": Case("sse-usage-split", stream=True, client_sees_usage=False),
+    # Usage on the last content event and in the event asked for: only the latter is cut.
+    "sse with usage on a content event and asked for": Case(
+        "sse-usage-on-content-and-asked", stream=True, client_sees_usage=True
+    ),
+    # No event with text, usage never comes: a count of 0, not the estimate.
+    "sse with no text": Case("sse-empty", stream=True, source="counted", charged="counted:0"),
+    # A provider that ignores include_usage: counted.
     "sse without usage": Case(
-        "sse", stream=True, source="counted", charged=f"counted:{CONTENT_CHUNKS}"
+        "sse",
+        stream=True,
+        source="counted",
+        charged=f"counted:{CONTENT_CHUNKS}",
+        client_sees_usage=False,
     ),
     "sse malformed": Case("sse-malformed", stream=True, source="counted", charged="counted:1"),
     "json error 500": Case(
@@ -158,7 +184,8 @@ def counters(stack: Stack) -> dict[str, float]:
     return values
 
 
-async def send(stack: Stack, case: Case) -> None:
+async def send(stack: Stack, case: Case) -> bytes | None:
+    """The answer's body as the client received it (None: cut, or no answer)."""
     body: dict[str, Any] = {
         "model": "chat",
         "messages": [{"role": "user", "content": "hello there"}],
@@ -176,15 +203,16 @@ async def send(stack: Stack, case: Case) -> None:
             request = asyncio.ensure_future(session.post(url, json=body, headers=headers))
             await wait_for_reservation(stack, request)
             request.cancel()  # the client leaves while the provider has said nothing
-            return
+            return None
         async with session.post(url, json=body, headers=headers) as response:
             if case.client_cut == "mid_stream":
                 await response.content.readline()  # the stream has started
-                return  # leaving the block closes the connection mid-stream
+                return None  # leaving the block closes the connection mid-stream
             try:
-                await response.read()
+                return await response.read()
             except aiohttp.ClientPayloadError:
                 assert case.shape == "sse-cut"  # the provider died mid-stream
+                return None
 
 
 async def wait_for_reservation(stack: Stack, request: asyncio.Future[Any]) -> None:
@@ -205,7 +233,11 @@ def reports(values: dict[str, float]) -> float:
 def test_each_answer_shape_is_charged_once_by_the_rule(stack: Stack, name: str) -> None:
     case = CASES[name]
     before = counters(stack)
-    asyncio.run(send(stack, case))
+    received = asyncio.run(send(stack, case))
+    if case.client_sees_usage is not None:
+        assert received is not None and received.rstrip().endswith(b"data: [DONE]"), received
+        assert bool(USAGE_EVENT.search(received)) is case.client_sees_usage, received
+        assert received.count(b"data: ") == CONTENT_CHUNKS + 1 + case.client_sees_usage
     deadline = time.monotonic() + REPORT_WAIT_S
     while reports(counters(stack)) == reports(before):
         assert time.monotonic() < deadline, f"{name}: no usage report"
@@ -230,8 +262,8 @@ def test_each_answer_shape_is_charged_once_by_the_rule(stack: Stack, name: str) 
 
 
 def test_every_admitted_request_was_charged_once_in_all(stack: Stack) -> None:
-    """After the matrix (and the observer's deferred closes), reports equal requests."""
-    time.sleep(6)  # the longest a cut stream's observer may still be open
+    """After the matrix, reports equal requests."""
+    time.sleep(SETTLE_S)
     url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
     with urllib.request.urlopen(url, timeout=5) as response:
         text = response.read().decode()

@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 KEY = "sk-test-burst-0123456789abcdef"
 LIMIT = 10_000
-WINDOW_S = 10.0
+WINDOW_S = 5.0
 CLIENTS = 32
 MAX_TOKENS = 200
 BODY = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": MAX_TOKENS}

@@ -205,6 +205,9 @@ def metrics_text(stack: Stack) -> str:
         return text
 
 
+MAIN = {"ext_proc": "main"}  # the main server's samples on up's /metrics
+
+
 def metric_sum(text: str, name: str, **labels: str) -> float:
     """Sum of the samples of `name` whose labels include those given (0 if none)."""
     total = 0.0
@@ -219,8 +222,9 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
 
 
 def admitted_by_main(stack: Stack) -> float:
+    """up's /metrics labels each ext_proc server's samples (stack/ext_proc_metrics.py)."""
     return metric_sum(
-        metrics_text(stack), "sluicegate_admission_decisions_total", outcome="admitted"
+        metrics_text(stack), "sluicegate_admission_decisions_total", outcome="admitted", **MAIN
     )
 
 
@@ -445,9 +449,9 @@ def test_redis_outage_follows_the_mode_and_counting_resumes(
         )
         assert_limit_holds_in_redis(stack, redis_server, "restart")
         text = metrics_text(stack)
-        assert metric_sum(text, changes, state="down") == 2
-        assert metric_sum(text, changes, state="up") == 2
-        assert metric_sum(text, "sluicegate_limiter_store_failures_total") >= 2
+        assert metric_sum(text, changes, state="down", **MAIN) == 2
+        assert metric_sum(text, changes, state="up", **MAIN) == 2
+        assert metric_sum(text, "sluicegate_limiter_store_failures_total", **MAIN) >= 2
         if mode == "fail_closed":
             refused = metric_sum(
                 text, "sluicegate_admission_decisions_total", outcome="store_unavailable"

@@ -82,7 +82,8 @@ KEY = "sk-test-spread-0123456789abcdef"
 SEQUENTIAL = 6
 
 
-def admitted_by_main(stack: Stack) -> float:
+def admitted(stack: Stack) -> float:
+    """Admitted requests on up's /metrics: every ext_proc server's samples (labelled)."""
     url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
     with urllib.request.urlopen(url, timeout=5) as response:
         text = response.read().decode()
@@ -95,10 +96,22 @@ def admitted_by_main(stack: Stack) -> float:
     )
 
 
+def routing_streams_per_server(stack: Stack) -> list[int]:
+    """Routing streams Envoy opened to each ext_proc server (admin /clusters)."""
+    with urllib.request.urlopen(stack.admin + "/clusters?format=json", timeout=5) as response:
+        clusters = json.load(response)["cluster_statuses"]
+    routing = next(c for c in clusters if c["name"] == "sluicegate_ext_proc")
+    return sorted(
+        next((int(s.get("value", 0)) for s in host["stats"] if s["name"] == "rq_total"), 0)
+        for host in routing["host_statuses"]
+    )
+
+
 def test_requests_one_at_a_time_take_turns_across_replicas(tmp_path: Path) -> None:
-    """Token limits turn on the usage observer, a second ext_proc stream per request. Its
-    streams go to a cluster of their own, so round robin over the routing streams still
-    alternates replicas request by request; each replica's gate share then sees half."""
+    """Other ext_proc traffic (request records, the usage observer, the attempt stage) goes
+    to a cluster of its own, so round robin over the routing streams alternates replicas
+    request by request; each replica's gate share then sees half. up's /metrics shows
+    every server's counts, each labelled by its server."""
     doc = document()
     doc["tenants"] = [
         {
@@ -111,13 +124,17 @@ def test_requests_one_at_a_time_take_turns_across_replicas(tmp_path: Path) -> No
     headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
     headers["x-mock-ttft-ms"] = "0"
     with running_stack(tmp_path, doc) as stack:
-        before = admitted_by_main(stack)
+        before, streams_before = admitted(stack), routing_streams_per_server(stack)
         for _ in range(SEQUENTIAL):
             request = urllib.request.Request(
                 stack.gateway + "/v1/chat/completions", body.encode(), headers, method="POST"
             )
             with urllib.request.urlopen(request, timeout=20) as response:
                 assert response.status == 200
+        streams = routing_streams_per_server(stack)
         # Sharing one cluster, routing and observer streams alternated: every routing
-        # stream went to the same process (0 or 6 here).
-        assert admitted_by_main(stack) - before == SEQUENTIAL / 2
+        # stream went to the same process (0 and 6 here).
+        assert [a - b for a, b in zip(streams, streams_before, strict=True)] == [
+            SEQUENTIAL // 2
+        ] * 2
+        assert admitted(stack) - before == SEQUENTIAL

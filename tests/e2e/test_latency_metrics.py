@@ -11,7 +11,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,8 +65,9 @@ def _count_by_class(text: str) -> dict[str, float]:
     return counts
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp_path = tmp_path_factory.mktemp("latency_metrics")
     with running_stack(tmp_path, quickstart_on_free_ports(tmp_path)) as running:
         yield running
 
@@ -84,7 +84,8 @@ def _wait_for(stack: Stack, done: Callable[[str], bool]) -> str:
 
 def test_every_request_is_counted_with_declared_labels(stack: Stack) -> None:
     # The stack's readiness probe (GET /v1/models without a key: 401) was a request too;
-    # it was the last before the stack served, so once its record is in, all are.
+    # it was the last before the stack served, so once its record is in, all are. (This
+    # test runs first on the module's stack.)
     before = _count_by_class(_wait_for(stack, lambda text: "missing_api_key" in text))
     sent = {"2xx": 0, "4xx": 0}
     for body in (
@@ -117,6 +118,9 @@ def test_every_request_is_counted_with_declared_labels(stack: Stack) -> None:
     streams = list(_samples(text, TTFT + "_count"))
     assert sum(s.value for s in streams) == 2
     assert {(s.labels["route"], s.labels["model"]) for s in streams} == {("mini", "gpt-4o-mini")}
+    # Their usage came from Envoy (sse_to_metadata), the event asked for them: TPOT too.
+    tpot = list(_samples(text, "gen_ai_server_time_per_output_token_seconds_count"))
+    assert sum(s.value for s in tpot) == 2
 
     refused = {
         s.labels["error_code"]: s.labels
@@ -134,3 +138,49 @@ def test_every_request_is_counted_with_declared_labels(stack: Stack) -> None:
 
     for secret in (DEMO_KEY, BAD_KEY, "sha256:"):
         assert secret not in text
+
+
+def _events(stack: Stack, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stream's events as the client receives them (`[DONE]` left out)."""
+    request = urllib.request.Request(
+        stack.gateway + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", "authorization": f"Bearer {DEMO_KEY}"},
+    )
+    with urllib.request.urlopen(request, timeout=20) as response:
+        text = response.read().decode()
+    lines = [line[len("data: ") :] for line in text.split("\n") if line.startswith("data: ")]
+    return [json.loads(line) for line in lines if line != "[DONE]"]
+
+
+def _output_tokens(text: str) -> float:
+    return sum(
+        s.value
+        for s in _samples(text, "gen_ai_client_token_usage_total")
+        if s.labels["token_type"] == "output" and s.labels["route"] == "mini"
+    )
+
+
+def test_a_stream_s_usage_is_read_by_envoy_and_its_client_gets_what_it_asked(
+    stack: Stack,
+) -> None:
+    """The routing stage asks for the usage event of a stream whose client did not; Envoy
+    reads it (sse_to_metadata) and cuts it out (Lua) before the client, which gets the
+    stream it asked for; a client that asked gets it. Both are counted exactly."""
+    before = _output_tokens(_metrics(stack))
+    stream = {"model": "gpt-4o-mini", "messages": HELLO, "stream": True}
+    plain = _events(stack, stream)
+    asked = _events(stack, {**stream, "stream_options": {"include_usage": True}})
+
+    assert plain and all(event["choices"] for event in plain)
+    assert all(event.get("usage") is None for event in plain)
+    usage = asked[-1]["usage"]
+    assert asked[-1]["choices"] == [] and usage["completion_tokens"] > 0
+    assert len(asked) == len(plain) + 1
+
+    text = _wait_for(
+        stack, lambda text: _output_tokens(text) >= before + 2 * usage["completion_tokens"]
+    )
+    assert _output_tokens(text) == before + 2 * usage["completion_tokens"]
+    envoy_log = (stack.config_path.parent / "work" / "envoy.log").read_text()
+    assert "[lua]" not in envoy_log  # no script error, on any chunk

@@ -205,7 +205,7 @@ def test_body_over_the_limit_gets_413_json(tmp_path: Path) -> None:
 def test_status_command_reports_nodes(stack: Stack) -> None:
     address = stack.doc["sluicegate"]["http"]
     result = subprocess.run(
-        [sys.executable, "-m", "sluicegate", "status", "--address", address],
+        [sys.executable, "-m", "sluicegate", "status", "--json", "--address", address],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -82,6 +82,7 @@ def record_of(answer: Any) -> dict[str, Any]:
     keys = (
         wire.META_TENANT, wire.META_KEY_NAME, wire.META_MODEL, wire.META_PRIORITY,
         wire.META_SCENARIO, wire.META_QUEUE_MS, wire.META_STREAM, wire.META_ERROR_CODE,
+        wire.META_ROUTE,
     )  # fmt: skip
     return {key: value for key, value in metadata_of(answer).items() if key in keys}
 

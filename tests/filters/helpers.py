@@ -100,11 +100,15 @@ def routed_model(answer: Any) -> str:
     common = answer.request_body.response
     assert common.clear_route_cache
     headers = set_headers(common)
-    # Besides the model, at most the stream mark (selects the route's stream twin) and the
-    # admission stage's word on who reads the usage.
+    # Besides the model, at most the stream mark (selects the route's stream twin), the
+    # word on who reads the usage and, when the body is sent with its usage asked for
+    # (filters/usage_reader.py), its new length.
     assert next(iter(headers)) == wire.MODEL_HEADER
-    assert headers.keys() - {wire.MODEL_HEADER} <= {wire.STREAM_HEADER, wire.USAGE_HEADER}
+    others = {wire.STREAM_HEADER, wire.USAGE_HEADER, "content-length"}
+    assert headers.keys() - {wire.MODEL_HEADER} <= others
     assert headers.get(wire.STREAM_HEADER, b"true") == b"true"
-    assert headers.get(wire.USAGE_HEADER, b"log") in (b"log", b"observer", b"none")
-    assert not common.HasField("body_mutation")
+    assert headers.get(wire.USAGE_HEADER, b"log").decode() in wire.USAGE_READERS
+    # The body goes on as the client wrote it, or with its stream's usage asked for.
+    if common.HasField("body_mutation"):
+        assert headers["content-length"] == str(len(common.body_mutation.body)).encode()
     return headers[wire.MODEL_HEADER].decode()

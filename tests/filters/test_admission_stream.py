@@ -7,16 +7,17 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import grpc
 import pytest
 
 from sluicegate import wire
 from sluicegate.filters import ExtProcServer, RoutingTable, admission_policy
-from sluicegate.filters.admission.stream import LOG_MAX_OUTPUT_TOKENS
 from sluicegate.filters.counters import Counters
 from sluicegate.filters.responses import CONTINUE_REQUEST_HEADERS
 from sluicegate.filters.routing import decide
+from sluicegate.filters.usage_reader import LOG_MAX_OUTPUT_TOKENS
 
 from .admission_helpers import (
     HEAD,
@@ -321,8 +322,6 @@ async def test_admitted_body_routes_with_the_reservation_in_metadata(
         wire.META_STREAM: "false",
         wire.META_ESTIMATE_INPUT: str(PROMPT),
         wire.META_ESTIMATE_OUTPUT: "50",
-        # A JSON answer: its usage comes with the access log, not the observer.
-        wire.META_USAGE_VIA: wire.USAGE_VIA_LOG,
         "ratelimit_limit_requests": "1000",
         "ratelimit_remaining_requests": "999",
         "ratelimit_reset_requests": "1m0s",
@@ -373,27 +372,73 @@ async def test_tenant_without_limits_routes_without_a_reservation(
         wire.META_QUEUE_MS: 0,
         wire.META_STREAM: "false",
     }
-    # Nothing to reconcile: neither the observer nor the access log reads it.
-    assert usage_header(answer) == b"none"
+    # Nothing to reconcile, but its usage still reaches the record (metrics) from Envoy.
+    assert usage_header(answer) == b"log"
     await stream.close()
 
 
+def body_sent(answer: Any) -> bytes | None:
+    """The body a routing answer sends on instead of the client's (None: the client's)."""
+    common = answer.request_body.response
+    return common.body_mutation.body if common.HasField("body_mutation") else None
+
+
 async def test_who_reads_the_usage_follows_the_stream_flag(channel: grpc.aio.Channel) -> None:
-    """A reserved stream is read by the observer (usage header "observer", no usage_via);
-    a reserved JSON request by the access log (header and usage_via "log")."""
-    stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20, stream=True))
+    """A stream's usage is read by Envoy (header "stream"), its usage event asked for the
+    client that did not ask (the body spliced, its length set, the record marked); a JSON
+    answer's by json_to_metadata (header "log"). Neither is the observer's (no usage_via):
+    their records charge them."""
+    body = body_of("gpt-4o", max_tokens=20, stream=True)
+    stream, answer = await admit(channel, TEAM, body)
     assert routed_model(answer) == "gpt-4o"
     values = metadata_of(answer)
     assert values[wire.META_RESERVATION]
     assert wire.META_USAGE_VIA not in values
-    assert usage_header(answer) == b"observer"
+    assert values[wire.META_USAGE_INJECTED] == "true"
+    assert usage_header(answer) == b"stream"
     assert streamed(answer)  # to the route's stream twin (timeouts.first_token)
+    sent = body_sent(answer)
+    assert sent is not None
+    assert json.loads(sent) == {**json.loads(body), "stream_options": {"include_usage": True}}
+    lengths = [
+        h.header.raw_value
+        for h in answer.request_body.response.header_mutation.set_headers
+        if h.header.key == "content-length"
+    ]
+    assert lengths == [str(len(sent)).encode()]
     await stream.close()
 
     stream, answer = await admit(channel, TEAM, body_of("gpt-4o", max_tokens=20))
-    assert metadata_of(answer)[wire.META_USAGE_VIA] == wire.USAGE_VIA_LOG
+    assert wire.META_USAGE_VIA not in metadata_of(answer)
+    assert wire.META_USAGE_INJECTED not in metadata_of(answer)
     assert usage_header(answer) == b"log"
+    assert body_sent(answer) is None
     assert not streamed(answer)
+    await stream.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "options"),
+    [
+        ("/v1/chat/completions", {"include_usage": True}),  # the client asked itself
+        ("/v1/chat/completions", {"include_obfuscation": False}),  # its options left alone
+        ("/v1/chat/completions", None),  # `null`: a second member would be lost
+        ("/v1/responses", "absent"),  # reports usage anyway, takes no stream_options
+    ],
+)
+async def test_a_stream_is_sent_as_the_client_wrote_it_unless_usage_must_be_asked(
+    channel: grpc.aio.Channel, path: str, options: object
+) -> None:
+    document = json.loads(body_of("gpt-4o", max_tokens=20, stream=True))
+    if options != "absent":
+        document["stream_options"] = options
+    stream = Stream(channel)
+    await stream.headers(TEAM, path=path)
+    answer = await stream.body(json.dumps(document).encode())
+    assert routed_model(answer) == "gpt-4o"
+    assert usage_header(answer) == b"stream"
+    assert body_sent(answer) is None
+    assert wire.META_USAGE_INJECTED not in metadata_of(answer)
     await stream.close()
 
 
@@ -417,7 +462,7 @@ async def test_large_json_answers_keep_the_observer(
     assert routed_model(answer) == "gpt-4o"
     values = metadata_of(answer)
     assert values[wire.META_RESERVATION]
-    assert wire.META_USAGE_VIA not in values
+    assert values[wire.META_USAGE_VIA] == wire.USAGE_VIA_OBSERVER
     assert usage_header(answer) == b"observer"
     await stream.close()
 
@@ -572,9 +617,15 @@ async def test_open_gateway_routes_exactly_as_without_admission() -> None:
             assert headers.SerializeToString() == CONTINUE_REQUEST_HEADERS  # key kept
             answer = await stream.body(body)
             await stream.close()
-            # The routing stage's answer, with the request record (record.py) added.
+            # The routing stage's answer, with the request record (record.py) and the word
+            # on who reads the usage (usage_reader.py) added.
             record = record_of(answer)
             answer.ClearField("dynamic_metadata")
+            if answer.WhichOneof("response") == "request_body":
+                mutation = answer.request_body.response.header_mutation.set_headers
+                kept = [h for h in mutation if h.header.key != wire.USAGE_HEADER]
+                del mutation[:]
+                mutation.extend(kept)
             assert answer.SerializeToString() == decide(body, table, Counters()), body
             assert record[wire.META_TENANT] == "anonymous"
             assert wire.META_KEY_NAME not in record  # no key is checked
@@ -683,3 +734,59 @@ async def test_provider_limit_applies_without_tenants() -> None:
         assert metadata_of(first)["ratelimit_remaining_requests"] == "0"
         status, err, _ = immediate(second)
         assert (status, err["code"]) == (429, "rate_limit_exceeded")
+
+
+OPTED_OUT = HEAD.replace(
+    "    base_url: http://127.0.0.1:18082/v1\n",
+    "    base_url: http://127.0.0.1:18082/v1\n    ask_stream_usage: false\n",
+)
+OPTED_OUT_ROUTES = """\
+routes:
+  - {name: asks, models: [a], backends: [{provider: alpha}]}
+  - {name: mixed, models: [m], backends: [{provider: alpha}, {provider: beta}]}
+"""
+
+
+@pytest.mark.parametrize("tenants", [False, True])
+async def test_a_route_asks_for_usage_only_if_every_provider_allows_it(tenants: bool) -> None:
+    """`ask_stream_usage: false` on one provider: its routes send streams as written (a
+    retry could take them there), with admission or without."""
+    text = OPTED_OUT + OPTED_OUT_ROUTES
+    if tenants:
+        text += f'tenants: [{{name: team, keys: [{{name: k, hash: "{hashed(TEAM)}"}}]}}]\n'
+    async with serving(text) as (_, channel):
+        for model, asked in (("a", True), ("m", False)):
+            stream = Stream(channel)
+            await stream.headers(TEAM if tenants else None)
+            answer = await stream.body(body_of(model, max_tokens=5, stream=True))
+            await stream.close()
+            assert routed_model(answer) == model
+            assert usage_header(answer) == b"stream"
+            assert (body_sent(answer) is not None) is asked, model
+            assert (wire.META_USAGE_INJECTED in metadata_of(answer)) is asked, model
+
+
+async def test_with_request_limits_only_nobody_is_given_a_reservation_to_charge() -> None:
+    """A request counted against a requests limit costs 1 whatever its usage: its
+    reservation stays out of the metadata, so neither its record nor the observer (not
+    installed without token limits) is handed one to reconcile."""
+    text = OPEN + f"""\
+tenants:
+  - name: team
+    rate_limits: {{requests: 100, per: 1m}}
+    keys: [{{name: k, hash: "{hashed(TEAM)}"}}]
+"""
+    async with serving(text) as (_, channel):
+        for model_body in (
+            body_of("gpt-4o", max_tokens=5, stream=True),
+            body_of("gpt-4o", max_tokens=5000),  # a large JSON answer
+        ):
+            stream = Stream(channel)
+            await stream.headers(TEAM)
+            answer = await stream.body(model_body)
+            await stream.close()
+            values = metadata_of(answer)
+            assert values["ratelimit_limit_requests"] == "100"
+            assert wire.META_RESERVATION not in values
+            assert wire.META_USAGE_VIA not in values
+            assert usage_header(answer) in (b"stream", b"none")

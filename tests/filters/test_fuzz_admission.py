@@ -5,22 +5,22 @@
 - The usage parsers never raise, and give the same answer however the body is
   cut into chunks (inside multi-byte characters and CRLF included); on
   generated SSE streams they give the answer the stream was built to give.
-- The usage log reads the usage members Envoy hands over as the body parser
-  reads them in JSON.
+- The request record reads the usage members Envoy hands over as the body
+  parser reads them in JSON.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import astuple, dataclass, replace
 from typing import Any
 
-from google.protobuf import struct_pb2
-from hypothesis import HealthCheck, given, settings
+from google.protobuf import json_format, struct_pb2
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sluicegate import wire
-from sluicegate.filters.admission.usage_log import observed_from
 from sluicegate.filters.estimate import estimate_text_tokens
 from sluicegate.filters.jsonbody import BodyError
 from sluicegate.filters.request_facts import (
@@ -38,6 +38,9 @@ from sluicegate.filters.usage import (
     SseUsageParser,
     UsageParser,
 )
+from sluicegate.records import decode
+
+from ..records.helpers import log_record
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -145,7 +148,14 @@ def oracle(document: Any, limit: int, *, ensure_ascii: bool = True) -> RequestFa
     )
     logprobs = any(bool(document.get(name)) for name in LOGPROBS_MEMBERS)
     return RequestFacts(
-        model, bool(stream), include_usage, max_tokens, n, estimate_text_tokens(prompt), logprobs
+        model,
+        bool(stream),
+        include_usage,
+        max_tokens,
+        n,
+        estimate_text_tokens(prompt),
+        logprobs,
+        has_stream_options="stream_options" in document,
     )
 
 
@@ -386,7 +396,7 @@ def test_generated_sse_streams_read_right_however_they_are_cut(
     assert parse(SseUsageParser(), split(data, list(range(len(data))))) == expected
 
 
-# ----- the usage log: what json_to_metadata hands over ------------------------------------------
+# ----- the request record: what json_to_metadata and sse_to_metadata hand over -----------------
 
 usage_members = st.dictionaries(
     st.sampled_from(["prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"]),
@@ -395,7 +405,7 @@ usage_members = st.dictionaries(
 
 
 def _as_envoy_number(value: Any) -> int | None:
-    """A member as the usage log must take it: JSON numbers reach it as doubles (Envoy's
+    """A member as the record must take it: JSON numbers reach it as doubles (Envoy's
     json_to_metadata), so a whole number written with a fraction (12.0) counts too."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -406,16 +416,18 @@ def _as_envoy_number(value: Any) -> int | None:
 
 @given(members=usage_members)
 @FUZZ
-def test_usage_log_reads_members_as_the_body_parser_does(members: dict[str, Any]) -> None:
-    """For any usage object, the usage log's reading of the metadata json_to_metadata
-    writes agrees with the body parser's reading of the JSON (up to 12.0 above), and
-    never raises."""
-    filter_metadata: dict[str, Any] = {}
+def test_the_record_reads_usage_members_as_the_body_parser_does(members: dict[str, Any]) -> None:
+    """For any usage object, the request record's reading of the metadata json_to_metadata
+    writes (formatted by Envoy's access log as JSON) agrees with the body parser's reading
+    of the JSON (up to 12.0 above), and never raises."""
+    # JSON has no infinities, so Envoy never writes one.
+    assume(all(not isinstance(v, float) or math.isfinite(v) for v in members.values()))
+    attributes = {}
     if members:
         namespace = struct_pb2.Struct()
         namespace.update(members)  # JSON values as Envoy's PROTOBUF_VALUE type keeps them
-        filter_metadata[wire.USAGE_METADATA_NAMESPACE] = namespace
-    seen = observed_from(filter_metadata)
+        attributes[wire.RECORD_USAGE] = json_format.MessageToJson(namespace)
+    seen = decode(log_record(attributes), {})
 
     expected = {k: _as_envoy_number(v) for k, v in members.items()}
     prompt = expected.get("prompt_tokens")

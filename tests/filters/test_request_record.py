@@ -70,7 +70,7 @@ admission:
     + f"""\
 tenants:
   - name: team
-    rate_limits: {{requests: 3, per: 1m}}
+    rate_limits: {{requests: 3, tokens: 1000000, per: 1m}}
     keys: [{{name: team-key, hash: "{hashed(TEAM)}"}}]
   - name: narrow
     priority: interactive
@@ -321,6 +321,10 @@ async def test_refusals_carry_the_record_and_the_error_code(
     assert {name: record.get(name) for name in expected} == expected
     assert record[wire.META_ERROR_CODE] == error["code"]
     assert record[wire.META_QUEUE_MS] == 0
+    if error["code"] == "model_not_allowed":  # refused after routing: the model's route
+        assert record[wire.META_ROUTE] == "chat"
+    else:  # refused before a model route was known
+        assert wire.META_ROUTE not in record
     if key is None or key == "sk-wrong":
         assert wire.META_KEY_NAME not in record
     assert status >= 400
@@ -353,6 +357,8 @@ async def test_bad_priority_and_rate_limit(served: tuple[ExtProcServer, grpc.aio
         _, answer = await request(channel, chat_body("writer"), key=TEAM)
     record = record_of(answer)
     assert record[wire.META_ERROR_CODE] == "rate_limit_exceeded"
+    # Refused after routing: Envoy's route is not the model's, so the record names it.
+    assert record[wire.META_ROUTE] == "writer"
     assert (record[wire.META_KEY_NAME], record[wire.META_MODEL]) == ("team-key", "writer")
     assert (record[wire.META_PRIORITY], record[wire.META_SCENARIO]) == (
         "standard",
@@ -382,6 +388,7 @@ async def test_queue_time_of_admitted_and_shed_requests(
     assert error_of(answer)[0] == 503
     record = record_of(answer)
     assert record[wire.META_ERROR_CODE] == "queue_timeout"
+    assert record[wire.META_ROUTE] == "plain"
     assert record[wire.META_QUEUE_MS] > 0
     assert record[wire.META_SCENARIO] == "default"
 

@@ -114,6 +114,27 @@ async def test_duplicate_model_is_400(channel: grpc.aio.Channel):
     assert (status, error["code"], error["param"]) == (400, "duplicate_parameter", "model")
 
 
+async def test_duplicate_stream_is_400_naming_stream(channel: grpc.aio.Channel):
+    status, error = error_of(
+        await route(channel, b'{"model": "gpt-4o", "stream": true, "stream": false}')
+    )
+    assert (status, error["code"], error["param"]) == (400, "duplicate_parameter", "stream")
+
+
+@pytest.mark.parametrize("member", ["n", "max_tokens", "logprobs", "stream_options"])
+async def test_a_repeated_parameter_routing_does_not_check_is_left_to_the_provider(
+    channel: grpc.aio.Channel, member: str
+):
+    """Without admission only `model` and `stream` are checked; the members read to choose
+    the usage reader are not, so a repeated one is routed, and the stream sent as written
+    (its usage not asked for: which of the two would the provider read?)."""
+    body = f'{{"model": "gpt-4o", "stream": true, "{member}": 1, "{member}": 2}}'.encode()
+    answer = await route(channel, body)
+    assert routed_model(answer) == "gpt-4o"
+    assert set_headers(answer.request_body.response)[wire.USAGE_HEADER] == b"stream"
+    assert not answer.request_body.response.HasField("body_mutation")
+
+
 async def test_nested_model_key_is_not_the_model(channel: grpc.aio.Channel):
     body = b'{"metadata": {"model": "gpt-4o"}}'
     status, error = error_of(await route(channel, body))

@@ -31,7 +31,9 @@ _probes = itertools.count()
 
 
 def metadata(reservation: str | None = RESERVATION, estimate: Usage = ESTIMATE) -> dict[str, str]:
+    """A reservation the routing stage left to the observer (wire.META_USAGE_VIA)."""
     values = {
+        wire.META_USAGE_VIA: wire.USAGE_VIA_OBSERVER,
         wire.META_TENANT: "acme",
         wire.META_MODEL: "gpt-4o",
         wire.META_ESTIMATE_INPUT: str(estimate.input_tokens),
@@ -351,12 +353,13 @@ async def test_usage_stage_stream_end_charges_a_cut_stream(
     assert await charged(store) == (43, 40, 3)
 
 
-async def test_a_request_the_usage_log_reports_is_not_charged_by_the_observer(
+async def test_a_request_its_record_charges_is_not_charged_by_the_observer(
     controller: AdmissionController,
 ) -> None:
-    """One report per request: the observer may see an answer the usage log charges (a
-    local reply sent where the routing stage's header mutation failed), and leaves it."""
-    values = {**metadata(), wire.META_USAGE_VIA: wire.USAGE_VIA_LOG}
+    """One report per request: the observer may see an answer it was not given (a local
+    reply sent where the routing stage's header mutation failed), and leaves it to the
+    request record."""
+    values = {k: v for k, v in metadata().items() if k != wire.META_USAGE_VIA}
     body = json.dumps({"usage": usage_doc(1, 1)}).encode()
     await run(
         controller,

@@ -287,3 +287,15 @@ def test_decode_never_raises(attributes: dict[str, str], start: int) -> None:
     record = decode(log_record(attributes, time_unix_nano=start), MAPS)
     assert record.duration_s is None or record.duration_s >= 0
     assert record.input_tokens is None or record.input_tokens >= 0
+
+
+def test_a_request_refused_after_routing_is_its_model_route_s() -> None:
+    """Envoy's route for a request the routing stage refused is not the model's (a
+    fallback); the stage names the model route in the metadata (wire.META_ROUTE)."""
+    meta = json.loads(streamed()[wire.RECORD_METADATA])
+    meta[wire.META_ROUTE] = "chat"
+    attributes = streamed(
+        **{wire.RECORD_ROUTE: "fallback-v1", wire.RECORD_METADATA: json.dumps(meta)}
+    )
+    assert decode(log_record(attributes), {}).route == "chat"
+    assert decode(log_record(streamed(**{wire.RECORD_ROUTE: "x"})), {}).route == "x"

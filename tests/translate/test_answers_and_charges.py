@@ -1,14 +1,13 @@
 """Translation rules behind issue 9, parts 3 and 4 (the e2e tests in tests/e2e/
 test_hostile_input.py and tests/admission/test_charge_once.py show the behaviour):
 Envoy's header limits leave room for the gateway's own headers, a local 501 is a 400,
-a provider's non-JSON error goes to the error-body stage and nothing else does, and the
-usage access log sends only what the observer does not charge."""
+a provider's non-JSON error goes to the error-body stage and nothing else does, and each
+usage reader runs only for the requests the routing stage gives it."""
 
 from __future__ import annotations
 
 import re
 
-from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.common.matching.v3 import extension_matcher_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
@@ -89,20 +88,39 @@ def test_json_answers_with_parameters_have_their_usage_read() -> None:
     raise AssertionError("no json_to_metadata filter")
 
 
-def test_the_usage_log_sends_marked_and_unanswered_requests_only() -> None:
-    (access_log,) = [
-        log
-        for log in hcm("token_limits").access_log
-        if log.name == "envoy.access_loggers.http_grpc"
-    ]
-    marked, unanswered = access_log.filter.or_filter.filters
-    assert marked.metadata_filter.matcher.path[0].key == wire.META_USAGE_VIA
-    # Envoy's default would log every request lacking the key: each stream twice charged.
-    assert marked.metadata_filter.match_if_key_not_found.value is False
-    reserved, status = unanswered.and_filter.filters
-    assert reserved.metadata_filter.matcher.path[0].key == wire.META_RESERVATION
-    assert reserved.metadata_filter.matcher.value.present_match
-    assert reserved.metadata_filter.match_if_key_not_found.value is False
-    comparison = status.status_code_filter.comparison
-    assert comparison.op == accesslog_pb2.ComparisonFilter.EQ
-    assert comparison.value.default_value == 0
+READERS = {
+    "sluicegate.usage_observer": wire.USAGE_BY_OBSERVER,
+    "envoy.filters.http.json_to_metadata": wire.USAGE_BY_LOG,
+    "sluicegate.stream_usage": wire.USAGE_BY_STREAM,
+    "envoy.filters.http.sse_to_metadata": wire.USAGE_BY_STREAM,
+}
+
+
+def test_each_usage_reader_runs_only_for_the_requests_given_it() -> None:
+    """The routing stage names one reader per request (usage_reader.py); every other is
+    skipped. The Lua filter is listed before sse_to_metadata, so on the way back
+    sse_to_metadata reads the usage event before the Lua filter cuts it."""
+    filters = hcm("token_limits").http_filters
+    names = [f.name for f in filters if f.name in READERS]
+    assert names == list(READERS)
+    for http_filter in filters:
+        if http_filter.name not in READERS:
+            continue
+        wrapper = extension_matcher_pb2.ExtensionWithMatcher()
+        assert http_filter.typed_config.Unpack(wrapper)
+        skipped = dict(wrapper.xds_matcher.matcher_tree.exact_match_map.map)
+        assert set(skipped) == set(wire.USAGE_READERS) - {READERS[http_filter.name]}
+        assert not wrapper.xds_matcher.HasField("on_no_match")
+
+
+def test_without_token_limits_usage_is_read_by_envoy_only() -> None:
+    """Every request's usage reaches its record (metrics); the observer, Python, only
+    where reservations exist."""
+    names = [f.name for f in hcm("single_provider").http_filters if f.name in READERS]
+    assert names == list(READERS)[1:]
+
+
+def test_one_access_log_the_record() -> None:
+    """Every request's record charges its reservation: no second log carries usage."""
+    names = [log.name for log in hcm("token_limits").access_log]
+    assert names == ["envoy.access_loggers.open_telemetry"]

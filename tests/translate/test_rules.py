@@ -131,6 +131,10 @@ def test_connection_manager_timeouts_and_rds() -> None:
     assert hcm.rds.config_source.HasField("ads")
     assert [f.name for f in hcm.http_filters] == [
         "envoy.filters.http.ext_proc",
+        # Usage readers (usage.py): no Python one without token limits.
+        "envoy.filters.http.json_to_metadata",
+        "sluicegate.stream_usage",
+        "envoy.filters.http.sse_to_metadata",
         "envoy.filters.http.fault",  # after ext_proc: drills see the model's route
         "sluicegate.error_body",  # wraps a provider's non-JSON error (error_bodies.py)
         "envoy.filters.http.router",

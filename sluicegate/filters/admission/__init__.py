@@ -1,15 +1,15 @@
 """Admission: who may call (keys → tenants), how much (token-aware limits reserved before
 the request goes out), how urgently (priority gates), and what it really cost (usage
-observer for streams, usage log for JSON answers). Used by the routing and usage stages
-and the access-log service of the ext_proc server."""
+read by Envoy and charged from each request's record; the usage observer for large JSON
+answers). Used by the routing and usage stages and the ext_proc server's record sink."""
 
+from .charge import charge_record
 from .controller import AdmissionController, make_store
 from .keyring import ClientIdentity, KeyRing, presented_key
 from .metrics import AdmissionMetrics
 from .observer import UsageStream
 from .policy import AdmissionPolicy, RoutePolicy, StoreSettings, TenantPolicy, admission_policy
 from .stream import AdmissionStream
-from .usage_log import UsageLog
 
 __all__ = [
     "AdmissionController",
@@ -21,9 +21,9 @@ __all__ = [
     "RoutePolicy",
     "StoreSettings",
     "TenantPolicy",
-    "UsageLog",
     "UsageStream",
     "admission_policy",
+    "charge_record",
     "make_store",
     "presented_key",
 ]

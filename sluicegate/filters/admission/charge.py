@@ -1,19 +1,21 @@
-"""What a finished response is charged: one rule for the usage observer and the usage log.
+"""What a finished response is charged: one rule for the request record and the observer.
 
 When the response ends (or is cut), its reservation is reconciled to:
-- the provider's `usage` (JSON body, or the final SSE chunk when the client asked for
-  `stream_options.include_usage`): exactly that;
-- a stream without usage: the estimated prompt tokens and one output token per content
-  chunk (OpenAI-compatible servers send about one token per chunk). The request is left
-  as the client sent it: adding include_usage upstream would need the extra chunk cut
-  out of the stream, which puts Python on every chunk;
+- the provider's `usage` (a JSON body's, or a stream's usage event, which the routing
+  stage asks for when the client did not: filters/usage_reader.py): exactly that;
+- a stream without usage (cut by the client or the provider, or a body whose
+  `stream_options` the gateway left alone): the estimated prompt tokens and one output
+  token per event that carried text (OpenAI-compatible servers send about one token per
+  event), as Envoy counted them;
 - a JSON body without usage: the estimate stays charged;
 - an error status (4xx/5xx from the provider or from Envoy) without usage, or no response
   at all (status 0: the client left first): nothing (the reservation is refunded:
   providers do not bill failed requests).
 
-Each reservation is charged once: the usage log charges the requests marked for it and
-those that never got a response; the observer charges the rest (xds translate usage.py).
+Each reservation is charged once, by one of two: the request record (every request has
+exactly one; `charge_record`), or, for a large JSON answer (wire.META_USAGE_VIA), the
+usage observer, which parses it in Python. Such a request that got no response reaches
+no observer, so its record charges it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sluicegate import wire
+from sluicegate.records import RequestRecord
 
 from ..limiter import Usage
 from ..usage import ObservedUsage
@@ -73,16 +76,46 @@ def reserved_from(filter_metadata: Any) -> Reserved | None:
     )
 
 
-def reported_by_log(filter_metadata: Any) -> bool:
-    """Whether the usage log charges this request (wire.META_USAGE_VIA): then the
-    observer must not, should it see the response (a local reply sent where the routing
-    stage's header mutation failed reaches it)."""
+def charged_by_observer(filter_metadata: Any) -> bool:
+    """Whether the routing stage left this request's charge to the usage observer
+    (wire.META_USAGE_VIA): a large JSON answer. The observer charges only those."""
     if wire.METADATA_NAMESPACE not in filter_metadata:
         return False
     fields = filter_metadata[wire.METADATA_NAMESPACE].fields
     return (
         wire.META_USAGE_VIA in fields
-        and fields[wire.META_USAGE_VIA].string_value == wire.USAGE_VIA_LOG
+        and fields[wire.META_USAGE_VIA].string_value == wire.USAGE_VIA_OBSERVER
+    )
+
+
+def charge_record(controller: AdmissionController, record: RequestRecord) -> str | None:
+    """Charge the reservation of a finished request from its record (module docstring);
+    the source, or None when the record has no reservation or the observer charges it."""
+    if not record.reservation or (record.usage_by_observer and record.status != 0):
+        return None
+    reserved = Reserved(
+        reservation=record.reservation,
+        tenant=record.tenant or wire.ANONYMOUS_TENANT,
+        model=record.model,
+        estimate=Usage(record.estimate_input, record.estimate_output),
+    )
+    counted = record.content_events
+    seen = ObservedUsage(
+        record.input_tokens,
+        record.output_tokens,
+        content_chunks=counted or 0,
+        malformed=0,
+        done=False,
+    )
+    # A stream Envoy did not count (not an event stream after all) keeps its estimate.
+    stream_counted = record.stream and counted is not None
+    has_usage = record.input_tokens is not None and record.output_tokens is not None
+    return charge(
+        controller,
+        reserved,
+        status=record.status,
+        seen=seen if has_usage or stream_counted else None,
+        streaming=stream_counted,
     )
 
 

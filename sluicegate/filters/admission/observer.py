@@ -1,11 +1,13 @@
-"""The usage stage: real token usage read off each streamed response, to reconcile
-reservations.
+"""The usage stage: real token usage read off a large JSON answer, to reconcile its
+reservation.
 
 Envoy runs this filter in observability mode: it sends the response headers and every
-body chunk and never waits for an answer, so Python is not on the streaming path. The
-admission stage's dynamic metadata (reservation id, tenant, model, estimates) arrives
-with every message. JSON answers skip this filter: their usage comes with the access
-log (usage_log.py), as do requests that never got a response. What is charged: charge.py.
+body chunk and never waits for an answer. It runs only for answers the routing stage
+gave it (wire.USAGE_BY_OBSERVER: a large JSON answer with a reservation, which Envoy
+would parse whole in its worker); every other request's usage comes with its request
+record, read by Envoy (filters/usage_reader.py). The admission stage's dynamic metadata
+(reservation id, tenant, model, estimates) arrives with every message. What is charged:
+charge.py.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from ..headers import header_text
 from ..usage import SseUsageParser, UsageParser, usage_parser
-from .charge import Reserved, charge, reported_by_log, reserved_from
+from .charge import Reserved, charge, charged_by_observer, reserved_from
 from .controller import AdmissionController
 
 
@@ -60,8 +62,8 @@ class UsageStream:
     def _on_headers(self, request: Any) -> None:
         self._headers_seen = True
         filter_metadata = request.metadata_context.filter_metadata
-        if reported_by_log(filter_metadata):
-            return  # one report per request: the usage log has this one
+        if not charged_by_observer(filter_metadata):
+            return  # one report per request: its record charges this one
         self._reserved = reserved_from(filter_metadata)
         if self._reserved is None:
             return

@@ -45,6 +45,8 @@ class RoutePolicy:
     provider_limits: tuple[Limit, ...] = ()
     # What its requests are reported as unless the client picks another (record.py).
     scenario: str = DEFAULT_SCENARIO
+    # A stream's usage event may be asked for (model.Route.asks_stream_usage).
+    asks_stream_usage: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,7 @@ def admission_policy(gateway: Gateway) -> AdmissionPolicy:
             if only is None
             else _limits(SCOPE_PROVIDER, only.name, only.rate_limits),
             scenario=route.scenario,
+            asks_stream_usage=route.asks_stream_usage,
         )
     # A provider's gate exists even when no route sends to it alone (it then gates nothing).
     for provider in gateway.providers:

@@ -24,6 +24,7 @@ from sluicegate import wire
 
 from ..errors import shown_model
 from ..responses import error_code_of, metadata_answer, metadata_field
+from ..usage_reader import INJECTED_FIELD
 
 ANONYMOUS: Final = wire.ANONYMOUS_TENANT  # the tenant of a request without a client key
 NO_SCENARIO: Final = ""  # the scenario of a request no route serves
@@ -119,12 +120,21 @@ def _fields(
 
 @lru_cache(maxsize=4096)
 def routed_record(
-    tenant: str, key_name: str | None, model: str, priority: str, scenario: str, stream: bool
+    tenant: str,
+    key_name: str | None,
+    model: str,
+    priority: str,
+    scenario: str,
+    stream: bool,
+    usage_injected: bool = False,
 ) -> bytes:
     """The whole metadata (responses.metadata_answer, to append to the routed answer) of a
     routed request that did not queue and carries nothing else (no reservation): every
-    value comes from the config, so each combination is built once."""
+    value comes from the config, so each combination is built once. `usage_injected`: the
+    stream's usage event was asked for the client (usage_reader.py)."""
     fields = _routed_fields(tenant, key_name, model, priority, scenario, stream)
+    if usage_injected:
+        fields += INJECTED_FIELD
     return metadata_answer(wire.METADATA_NAMESPACE, fields)
 
 

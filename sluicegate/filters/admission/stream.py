@@ -13,11 +13,12 @@ On the buffered body, in this order: the body is read (400), the model routed (4
 checked against the tenant's models (403); tokens are estimated and reserved on every
 applicable limit at once (429, or 503 when the store is down and set to fail
 closed); the request then waits for a slot at its route's gate in its priority class
-(503 when shed; the reservation is refunded). The answer routes the request and leaves
-dynamic metadata: the reservation for the usage observer, the x-ratelimit-* values for
-the route's response headers.
+(503 when shed; the reservation is refunded). The answer routes the request, says who
+reads its usage (usage_reader.py) and leaves dynamic metadata: the reservation for
+whoever charges it (charge.py), the x-ratelimit-* values for the route's response headers.
 
-Without admission (no tenants, limits or gates) only the model is routed (routing.py).
+Without admission (no tenants, limits or gates) only the model is routed (routing.py),
+and who reads the usage is said all the same: the record's metrics need it.
 Either way the stage's last answer to every request, refusals included, carries what it
 learnt for the request record (record.py).
 """
@@ -53,13 +54,12 @@ from ..responses import (
     common,
     metadata_field,
     metadata_fields,
-    request_body_answer,
     request_headers_answer,
-    set_header,
     with_path,
 )
 from ..routing import BODILESS_ANSWER, read_body
 from ..table import RoutingTable
+from ..usage_reader import INJECTED_FIELD, UsageReading, routed_usage_answer, usage_answer
 from . import answers
 from .controller import AdmissionController
 from .keyring import ClientIdentity, presented_key
@@ -68,6 +68,7 @@ from .policy import AdmissionPolicy, TenantPolicy
 from .record import (
     ANONYMOUS,
     NO_SCENARIO,
+    known_field,
     record_fields,
     routed_record,
     scenario_of,
@@ -92,43 +93,13 @@ KEY_REMOVED: Final = _without_client_key()
 BODILESS_KEY_REMOVED: Final = _without_client_key(bodiless=True)
 
 
-def _usage_answer(value: str) -> bytes:
-    return request_body_answer(common([set_header(wire.USAGE_HEADER, value.encode())]))
-
-
-# Appended (merged) to a routed answer where token limits exist: who reads the usage
-# (wire.USAGE_HEADER; xds translate usage.py skips the other reader's filter).
-USAGE_BY_LOG: Final = _usage_answer(wire.USAGE_BY_LOG)
-USAGE_BY_OBSERVER: Final = _usage_answer(wire.USAGE_BY_OBSERVER)
-USAGE_UNREAD: Final = _usage_answer(wire.USAGE_UNREAD)
-
-# Envoy's json_to_metadata parses a whole JSON answer in its worker thread, about 40 ms a
-# MB on Envoy 1.40 (benchmarks/json_usage_cost.py: +1.0 ms for 20 KB, +80 ms for 2 MB):
-# only answers known to be small are read that way; the others go to the usage observer,
-# which reads them in Python.
-LOG_MAX_OUTPUT_TOKENS: Final = 4096
-_LOGGED_ENDPOINTS: Final = ("/chat/completions", "/completions", "/responses")
-
-
-def small_json_answer(path: str | None, facts: RequestFacts, estimate: Usage) -> bool:
-    """Whether a JSON answer's usage may be read by Envoy (the access-log path): a text
-    generation endpoint, no log probabilities, at most LOG_MAX_OUTPUT_TOKENS allowed out
-    (about 16 KB of text at worst: under a millisecond of Envoy's worker). Embeddings
-    (MBs of floats, no output count), images, logprobs and long answers keep the observer."""
-    endpoint = (path or "").partition("?")[0].rstrip("/")
-    return (
-        endpoint.endswith(_LOGGED_ENDPOINTS)
-        and not facts.logprobs
-        and estimate.output_tokens <= LOG_MAX_OUTPUT_TOKENS
-    )
-
-
 # The request headers the admission stage reads.
 _READ: Final = frozenset(
     (":method", ":path", wire.PRIORITY_HEADER, wire.SCENARIO_HEADER, *wire.CLIENT_KEY_HEADERS)
 )
-# Without admission, only what picks the scenario: the path (which route) and the header.
-_READ_FOR_SCENARIO: Final = frozenset((":path", wire.SCENARIO_HEADER))
+# Without admission, only the path (which route: the scenario; the endpoint: who reads the
+# usage) and the scenario header.
+_READ_WITHOUT_ADMISSION: Final = frozenset((":path", wire.SCENARIO_HEADER))
 
 # Reservation ids: unique across replicas (random per process) and cheap per request.
 _PROCESS_TOKEN: Final = os.urandom(6).hex()
@@ -157,7 +128,7 @@ class _Waiting:
     admitted: Callable[[], bytes]
 
 
-_USAGE_VIA_LOG: Final = metadata_field(wire.META_USAGE_VIA, wire.USAGE_VIA_LOG)
+_USAGE_VIA_OBSERVER: Final = metadata_field(wire.META_USAGE_VIA, wire.USAGE_VIA_OBSERVER)
 
 
 class AdmissionStream:
@@ -174,6 +145,7 @@ class AdmissionStream:
         "_priority_header",
         "_queued_s",
         "_reservation",
+        "_route",
         "_routed",
         "_scenario",
         "_scenario_header",
@@ -201,6 +173,7 @@ class AdmissionStream:
         self._scenario_header: str | None = None
         self._model: str | None = None
         self._model_routed = False  # a route serves self._model
+        self._route: str | None = None  # the model route that serves it
         self._stream: bool | None = None
         self._scenario = NO_SCENARIO
         self._queued_s = 0.0
@@ -218,7 +191,7 @@ class AdmissionStream:
 
     def close(self) -> None:
         """The request is over: free the slot; refund a reservation never sent upstream
-        (the observer reconciles those that were)."""
+        (their records, or the observer, reconcile those that were)."""
         while self._slots:
             self._slots.pop().release()
         if self._reservation is not None and not self._routed:
@@ -246,8 +219,7 @@ class AdmissionStream:
             self._counters.inc(STAGE, outcome.NO_BODY)
             return self._bodiless(BODILESS_ANSWER, policy.default_priority)
         if not policy.enabled:
-            if policy.has_scenarios:
-                self._read_headers(message, _READ_FOR_SCENARIO)
+            self._read_headers(message, _READ_WITHOUT_ADMISSION)
             return CONTINUE_REQUEST_HEADERS
         headers = self._read_headers(message, _READ)
         self._priority_header = headers.get(wire.PRIORITY_HEADER)
@@ -294,15 +266,26 @@ class AdmissionStream:
     def _route_only(self, body: bytes) -> bytes:
         """Route the model (routing.py); the class reported is the default one, the only
         one there is without admission (the priority header is not read)."""
-        answer, model, stream, routed = read_body(body, self._table, self._counters)
+        answer, model, stream, routed, members, usage_members = read_body(
+            body, self._table, self._counters
+        )
         self._model, self._stream = model, stream
-        if not routed or model is None or stream is None:
+        if not routed or model is None or stream is None or members is None:
             return self._refuse("not_routed", NO_CLASS, answer)
         self._model_routed = True
+        policy = self._policy
         info = self._table.route_for(model, self._path)
         scenario = self._scenario = NO_SCENARIO if info is None else self._scenario_of(info.route)
-        priority = self._policy.default_priority
-        return answer + routed_record(ANONYMOUS, None, model, priority, scenario, stream)
+        route = None if info is None else policy.routes.get(info.route)
+        default_max = policy.default_max_tokens if route is None else route.default_max_tokens
+        asks = route is None or route.asks_stream_usage
+        usage = routed_usage_answer(
+            body, self._path, members, stream, default_max, asks, members_read=usage_members
+        )
+        record = routed_record(
+            ANONYMOUS, None, model, policy.default_priority, scenario, stream, usage.injected
+        )
+        return answer + record + usage.answer
 
     # ----- request body ------------------------------------------------------------------
 
@@ -321,6 +304,7 @@ class AdmissionStream:
             self._counters.inc(STAGE, outcome.MODEL_NOT_FOUND)
             return self._refuse("model_not_found", NO_CLASS, errors.model_not_found(facts.model))
         self._model_routed = True
+        self._route = info.route
         self._scenario = self._scenario_of(info.route)
         tenant = self._tenant()
         models = None if tenant is None else tenant.allowed_models
@@ -340,16 +324,16 @@ class AdmissionStream:
         limits = policy.limits_for(self._identity, info.route, facts.model)
         gates = route.gates if route is not None else ()
         self._counters.inc(STAGE, outcome.ROUTED)
+        default_max = route.default_max_tokens if route is not None else policy.default_max_tokens
+        allowance = estimate_output_tokens(facts.max_tokens, facts.n, default_max)
         if not limits and not gates and self._identity is None:
             self._routed = True
+            usage = self._usage(body, facts, allowance)
             record = routed_record(
-                ANONYMOUS, None, facts.model, priority, self._scenario, facts.stream
+                ANONYMOUS, None, facts.model, priority, self._scenario, facts.stream, usage.injected
             )
-            return routed + record + USAGE_UNREAD if policy.counts_tokens else routed + record
-        default_max = route.default_max_tokens if route is not None else policy.default_max_tokens
-        estimate = Usage(
-            facts.prompt_tokens, estimate_output_tokens(facts.max_tokens, facts.n, default_max)
-        )
+            return routed + record + usage.answer
+        estimate = Usage(facts.prompt_tokens, allowance)
         decision: Decision | None = None
         if limits:
             # Known before the await: a client gone while Redis answers still gets its
@@ -370,7 +354,7 @@ class AdmissionStream:
                 estimate.input_tokens + estimate.output_tokens
             )
         tokens = estimate.input_tokens + estimate.output_tokens
-        admitted = partial(self._admitted, routed, priority, facts, estimate, decision)
+        admitted = partial(self._admitted, body, routed, priority, facts, estimate, decision)
         for index, name in enumerate(gates):
             gate = self._controller.gates.get(name)
             if gate is None:
@@ -431,6 +415,7 @@ class AdmissionStream:
 
     def _admitted(
         self,
+        body: bytes,
         routed: bytes,
         priority: str,
         facts: RequestFacts,
@@ -439,33 +424,48 @@ class AdmissionStream:
     ) -> bytes:
         self._routed = True
         self._controller.metrics.decisions.labels("admitted", priority).inc()
-        record = self._record(priority)
-        if not self._policy.counts_tokens:  # no usage is read anywhere
-            return with_record(routed, record + self._admission_fields(estimate, decision))
-        if self._reservation is None:
-            reader = USAGE_UNREAD
-        elif not facts.stream and small_json_answer(self._path, facts, estimate):
-            reader = USAGE_BY_LOG
-        else:
-            reader = USAGE_BY_OBSERVER
-        fields = record + self._admission_fields(estimate, decision, by_log=reader is USAGE_BY_LOG)
-        return with_record(routed, fields) + reader
+        usage = self._usage(body, facts, estimate.output_tokens)
+        fields = self._record(priority) + self._admission_fields(
+            estimate, decision, by_observer=usage.reader == wire.USAGE_BY_OBSERVER
+        )
+        if usage.injected:
+            fields += INJECTED_FIELD
+        return with_record(routed, fields) + usage.answer
+
+    def _usage(self, body: bytes, facts: RequestFacts, allowance: int) -> UsageReading:
+        """Who reads this routed request's usage (usage_reader.py)."""
+        route = None if self._route is None else self._policy.routes.get(self._route)
+        return usage_answer(
+            body,
+            self._path,
+            stream=facts.stream,
+            has_stream_options=facts.has_stream_options,
+            logprobs=facts.logprobs,
+            output_allowance=allowance,
+            # Only a reservation of tokens is charged (_admission_fields).
+            reserved=self._reservation is not None and self._policy.counts_tokens,
+            ask_allowed=route is None or route.asks_stream_usage,
+        )
 
     def _admission_fields(
-        self, estimate: Usage, decision: Decision | None, *, by_log: bool = False
+        self, estimate: Usage, decision: Decision | None, *, by_observer: bool = False
     ) -> bytes:
         """The reservation (for whoever reads the usage: charge.py) and the x-ratelimit-*
-        values (for the route's response headers), besides the record's fields."""
+        values (for the route's response headers), besides the record's fields. Without
+        token limits a reservation is a request counted, which its usage cannot change:
+        nobody is given it to charge."""
         values: dict[str, str | float] = {}
-        if self._reservation is not None:
-            values[wire.META_RESERVATION] = self._reservation
+        reservation = self._reservation if self._policy.counts_tokens else None
+        charged = reservation is not None
+        if reservation is not None:
+            values[wire.META_RESERVATION] = reservation
             values[wire.META_ESTIMATE_INPUT] = str(estimate.input_tokens)
             values[wire.META_ESTIMATE_OUTPUT] = str(estimate.output_tokens)
         if decision is not None:
             for _, key, value in answers.ratelimit_values(decision.states):
                 values[key] = value
         fields = metadata_fields(values) if values else b""
-        return fields + _USAGE_VIA_LOG if by_log and self._reservation is not None else fields
+        return fields + _USAGE_VIA_OBSERVER if by_observer and charged else fields
 
     # ----- helpers -----------------------------------------------------------------------
 
@@ -485,10 +485,14 @@ class AdmissionStream:
 
     def _refuse(self, outcome_name: str, priority: str, answer: bytes) -> bytes:
         """`answer`, an error the filter made, with the request record (and, with
-        admission, counted among the admission decisions)."""
+        admission, counted among the admission decisions). Refused after routing, it names
+        the model route: Envoy's route for it is not the model's."""
         if self._policy.enabled:
             self._controller.metrics.decisions.labels(outcome_name, priority).inc()
-        return with_record(answer, self._record(priority), made_here=True)
+        fields = self._record(priority)
+        if self._route is not None:
+            fields += known_field(wire.META_ROUTE, self._route)
+        return with_record(answer, fields, made_here=True)
 
     def _scenario_of(self, route: str) -> str:
         """The scenario of a request `route` serves (record.scenario_of)."""

@@ -1,8 +1,14 @@
-"""The gRPC AggregatedDiscoveryService and a helper to serve it."""
+"""The gRPC AggregatedDiscoveryService and a helper to serve it.
+
+`serve_ads` may serve other gRPC services on the same port (`handlers`): the control
+plane adds OpenTelemetry's LogsService, which Envoy's latency record log reaches over the
+xDS cluster it already has (docs/latency-routing.md). This room knows nothing of them.
+"""
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -42,9 +48,11 @@ async def serve_ads(
     *,
     ack_timeout: float = DEFAULT_ACK_TIMEOUT,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    handlers: Sequence[grpc.GenericRpcHandler[Any, Any]] = (),
 ) -> grpc.aio.Server:
     """Start an ADS server on `address` ("127.0.0.1:18000"; port 0 picks a free
-    one, see `bound_port`) and return it, started. Stop it with `await server.stop(grace)`."""
+    one, see `bound_port`) and return it, started, serving `handlers` beside ADS. Stop it
+    with `await server.stop(grace)`."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
@@ -57,6 +65,8 @@ async def serve_ads(
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(
         AdsServicer(cache, ack_timeout=ack_timeout), server
     )
+    if handlers:
+        server.add_generic_rpc_handlers(tuple(handlers))
     port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot bind ADS server to {address}")

@@ -9,12 +9,16 @@ providers and keeps the intent visible in config_dump.
 
 Endpoint metadata, namespace wire.METADATA_NAMESPACE, is what the per-attempt upstream
 filters read once Envoy has picked a host: `provider`, `path_prefix`, and `model_map` (only
-this route's renamed models). Never a key: keys travel as SDS secrets (secrets.py), which
-Envoy redacts in config_dump, while endpoint metadata shows there in full.
+this route's renamed models); on a `routing: latency` route also `routing: latency`, which
+the latency record log's filter matches (record_log.py). Never a key: keys travel as SDS
+secrets (secrets.py), which Envoy redacts in config_dump, while endpoint metadata shows
+there in full.
 Namespace `envoy.transport_socket_match` selects the provider's TLS settings.
 
 The same ClusterLoadAssignment is either pushed over EDS (IP-literal hosts) or inlined
-into a DNS cluster (clusters.py).
+into a DNS cluster (clusters.py). A `routing: latency` route is always EDS (validation):
+the control plane's learned weights (Gateway.with_weights) are the backends' weights here,
+so a weight change changes this route's ClusterLoadAssignment and nothing else.
 """
 
 from __future__ import annotations
@@ -42,10 +46,13 @@ def build_endpoints(
     gateway: Gateway, memo: RouteMemo | None = None
 ) -> list[endpoint_pb2.ClusterLoadAssignment]:
     """ClusterLoadAssignments for the EDS clusters, sorted by cluster name."""
+    # The memo's route key holds the weights but not `routing`, which the metadata shows.
     assignments = [
         load_assignment(route)
         if memo is None
-        else memo.get("endpoints", route, gateway.limits, partial(load_assignment, route))
+        else memo.get(
+            ("endpoints", route.routing), route, gateway.limits, partial(load_assignment, route)
+        )
         for route in gateway.routes
         if route.uses_eds
     ]
@@ -78,6 +85,8 @@ def endpoint_metadata(route: Route, backend: Backend) -> dict[str, Any]:
     model_map = route.model_map_for(provider)
     if model_map:
         values[wire.META_MODEL_MAP] = model_map
+    if route.learns_weights:
+        values[wire.META_ROUTING] = wire.ROUTING_LATENCY
     return values
 
 

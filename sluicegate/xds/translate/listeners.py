@@ -1,10 +1,10 @@
 """Listeners: one per config listener, each an HTTP connection manager fed routes over RDS.
 
-Filter chain: ext_proc (routing stage: admission and model routing) → [usage accounting,
-only with token limits: the ext_proc usage observer for streams (observability mode,
-never waited on) and json_to_metadata for JSON answers, reported by an access log; see
-usage.py] → fault → error bodies (a provider's non-JSON error answer wrapped in OpenAI's
-error JSON; error_bodies.py) → router.
+Filter chain: ext_proc (routing stage: admission and model routing) → usage readers
+(with token limits the ext_proc usage observer for large JSON answers; json_to_metadata
+for small ones; a Lua filter and sse_to_metadata for streams; usage.py) → fault → error
+bodies (a provider's non-JSON error answer wrapped in OpenAI's error JSON;
+error_bodies.py) → router.
 The routing stage reads the buffered body, sets the model header and clears the route
 cache, so the request re-matches a per-model route (routes.py). Because the body is
 buffered by ext_proc, the listener's per-connection buffer limit is the request body
@@ -54,9 +54,9 @@ from ._proto import duration_ms, duration_s, pack, struct
 from .error_bodies import error_body_filter
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
-from .record_log import record_access_log
+from .record_log import latency_access_log, record_access_log
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
-from .usage import usage_access_log, usage_filters
+from .usage import usage_filters
 
 HCM_FILTER = "envoy.filters.network.http_connection_manager"
 CONNECTION_LIMIT_FILTER = "envoy.filters.network.connection_limit"
@@ -74,12 +74,16 @@ _JSON = "application/json"
 
 def build_listeners(gateway: Gateway) -> list[listener_pb2.Listener]:
     """One Listener per config listener, sorted by name."""
+    learns = any(route.learns_weights for route in gateway.routes)
     return [
-        _listener(listener, gateway.limits, gateway.admission) for listener in gateway.listeners
+        _listener(listener, gateway.limits, gateway.admission, learns)
+        for listener in gateway.listeners
     ]
 
 
-def _listener(listener: Listener, limits: Limits, admission: Admission) -> listener_pb2.Listener:
+def _listener(
+    listener: Listener, limits: Limits, admission: Admission, learns_weights: bool
+) -> listener_pb2.Listener:
     return listener_pb2.Listener(
         name=listener.resource_name,
         address=address_pb2.Address(
@@ -96,7 +100,9 @@ def _listener(listener: Listener, limits: Limits, admission: Admission) -> liste
                     _connection_limit(listener, limits),
                     listener_components_pb2.Filter(
                         name=HCM_FILTER,
-                        typed_config=pack(_http_connection_manager(listener, limits, admission)),
+                        typed_config=pack(
+                            _http_connection_manager(listener, limits, admission, learns_weights)
+                        ),
                     ),
                 ]
             )
@@ -134,8 +140,7 @@ def request_timeout_ms(limits: Limits, admission: Admission) -> int:
 
 
 def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilter]:
-    """ext_proc routing (admission) → [usage observer, json_to_metadata] → fault → error
-    bodies → router."""
+    """ext_proc routing (admission) → usage readers → fault → error bodies → router."""
     # The routing stage writes dynamic metadata on every request (the request record's
     # facts, and with admission the reservation and the x-ratelimit-* values); Envoy drops
     # what a filter may not write into a namespace.
@@ -147,8 +152,7 @@ def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilt
         longest_queue_wait_ms=admission.longest_queue_wait_ms,
     )
     filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
-    if admission.counts_tokens:
-        filters.extend(usage_filters(limits))
+    filters.extend(usage_filters(limits, counts_tokens=admission.counts_tokens))
     # After ext_proc: a drill applies to the route the model header selected.
     filters.append(fault_http_filter())
     # Last before the router, so first on the way back: the observer and json_to_metadata
@@ -163,7 +167,7 @@ def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilt
 
 
 def _http_connection_manager(
-    listener: Listener, limits: Limits, admission: Admission
+    listener: Listener, limits: Limits, admission: Admission, learns_weights: bool
 ) -> hcm_pb2.HttpConnectionManager:
     return hcm_pb2.HttpConnectionManager(
         stat_prefix=listener.name,
@@ -200,11 +204,13 @@ def _http_connection_manager(
         early_header_mutation_extensions=[_strip_internal_headers()],
         http_filters=_http_filters(limits, admission),
         local_reply_config=local_reply_config(limits),
-        # The usage log charges reservations; the record log feeds /metrics (every
-        # request). Two logs for now: docs/metrics.md, "Two access logs".
+        # Every request's record: /metrics, the JSON access log, and the charge of its
+        # reservation (docs/metrics.md).
+        # With a `routing: latency` route, the records of those routes also go to the
+        # control plane (record_log.py, docs/latency-routing.md).
         access_log=[
-            *([usage_access_log()] if admission.counts_tokens else []),
             record_access_log(),
+            *([latency_access_log()] if learns_weights else []),
         ],
     )
 

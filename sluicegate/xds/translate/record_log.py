@@ -12,6 +12,13 @@ Envoy 1.40 deprecates the logger's `common_config` in favour of top-level `grpc_
 `log_name` and `buffer_flush_interval`, which the venv's protos (xds-protos 1.85) lack, so
 the config goes as an `xds.type.v3.TypedStruct` of the newer message: Envoy reads it as
 if typed, and warns about no deprecated field (tests/envoy/test_no_deprecated_fields.py).
+
+A second logger of the same kind, only on listeners of a config with a `routing: latency`
+route, sends the few attributes latency-aware routing reads to the control plane (the
+xDS cluster, whose gRPC server also serves the LogsService), and only for requests a
+latency route's provider answered: a CEL filter on that host's endpoint metadata
+(wire.META_ROUTING, endpoints.py). Both loggers are built from RECORD_ATTRIBUTES by one
+function, so an attribute's format string is written once (docs/latency-routing.md).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 from typing import Final
 
 from envoy.config.accesslog.v3 import accesslog_pb2
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from xds.type.v3 import typed_struct_pb2
 
 from sluicegate import wire
@@ -35,7 +43,12 @@ OTEL_CONFIG_TYPE_URL: Final = (
 
 def _since_start_us(point: str) -> str:
     """Microseconds from the request's first byte to Envoy's time point `point`."""
-    return f"%COMMON_DURATION(DS_RX_BEG:{point}:us)%"
+    return _between_us("DS_RX_BEG", point)
+
+
+def _between_us(start: str, end: str) -> str:
+    """Microseconds between two of Envoy's time points."""
+    return f"%COMMON_DURATION({start}:{end}:us)%"
 
 
 # Attribute -> Envoy format string. A value Envoy does not have is formatted as "-".
@@ -57,19 +70,71 @@ RECORD_ATTRIBUTES: Final = (
 )
 
 
+# What latency-aware routing reads of a record (sluicegate.latency: which route and
+# provider, whether it failed, its time to first token, its duration and, for time per
+# output token, whether it streamed and its output tokens); the rest stays off the wire.
+LATENCY_ATTRIBUTES: Final = frozenset(
+    {
+        wire.RECORD_ROUTE,
+        wire.RECORD_PROVIDER,
+        wire.RECORD_STATUS,
+        wire.RECORD_FLAGS,
+        wire.RECORD_ATTEMPTS,
+        wire.RECORD_CONTENT_TYPE,
+        wire.RECORD_FIRST_UPSTREAM_BODY_US,
+        wire.RECORD_LAST_DOWNSTREAM_BYTE_US,
+        wire.RECORD_USAGE,
+    }
+)
+
+# Only in the latency log: the answering provider's own time to first token, so that
+# neither the gateway's queue nor an earlier attempt on another provider counts against it.
+LATENCY_ONLY_ATTRIBUTES: Final = (
+    (wire.RECORD_PROVIDER_TTFT_US, _between_us("US_TX_BEG", "US_RX_BODY_BEG")),
+)
+
+# Requests whose answering host is a `routing: latency` route's provider. A request no
+# host answered has no host metadata: the expression errs, and Envoy logs nothing for it.
+LATENCY_FILTER_EXPRESSION: Final = (
+    f"xds.upstream_host_metadata.filter_metadata['{wire.METADATA_NAMESPACE}']"
+    f"['{wire.META_ROUTING}'] == '{wire.ROUTING_LATENCY}'"
+)
+CEL_ACCESS_LOG_FILTER: Final = "envoy.access_loggers.extension_filters.cel"
+
+
 def record_access_log() -> accesslog_pb2.AccessLog:
-    """Every request's record, over gRPC to the ext_proc servers (the side cluster, like the
-    usage log), batched every LOG_FLUSH_MS."""
+    """Every request's record, over gRPC to the ext_proc servers (the side cluster),
+    batched every LOG_FLUSH_MS."""
+    return _otel_access_log(wire.RECORD_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER, RECORD_ATTRIBUTES)
+
+
+def latency_access_log() -> accesslog_pb2.AccessLog:
+    """The records of requests a `routing: latency` route's provider answered, with only
+    LATENCY_ATTRIBUTES and LATENCY_ONLY_ATTRIBUTES, to the control plane's LogsService over
+    the xDS cluster."""
+    shared = tuple(item for item in RECORD_ATTRIBUTES if item[0] in LATENCY_ATTRIBUTES)
+    attributes = (*shared, *LATENCY_ONLY_ATTRIBUTES)
+    log = _otel_access_log(wire.LATENCY_LOG_NAME, wire.XDS_CLUSTER, attributes)
+    log.filter.extension_filter.name = CEL_ACCESS_LOG_FILTER
+    log.filter.extension_filter.typed_config.CopyFrom(
+        pack(cel_pb2.ExpressionFilter(expression=LATENCY_FILTER_EXPRESSION))
+    )
+    return log
+
+
+def _otel_access_log(
+    log_name: str, cluster: str, attributes: tuple[tuple[str, str], ...]
+) -> accesslog_pb2.AccessLog:
+    """An OpenTelemetry access logger sending `attributes` (key, Envoy format string) of
+    each request to `cluster`, batched every LOG_FLUSH_MS."""
     config = {
-        "log_name": wire.RECORD_LOG_NAME,
-        "grpc_service": {"envoy_grpc": {"cluster_name": wire.EXT_PROC_SIDE_CLUSTER}},
+        "log_name": log_name,
+        "grpc_service": {"envoy_grpc": {"cluster_name": cluster}},
         "buffer_flush_interval": f"{LOG_FLUSH_MS / 1000:.3f}s",
         # The node, zone and cluster labels on every export: nobody reads them.
         "disable_builtin_labels": True,
         "attributes": {
-            "values": [
-                {"key": key, "value": {"string_value": fmt}} for key, fmt in RECORD_ATTRIBUTES
-            ]
+            "values": [{"key": key, "value": {"string_value": fmt}} for key, fmt in attributes]
         },
     }
     typed = typed_struct_pb2.TypedStruct(type_url=OTEL_CONFIG_TYPE_URL, value=struct(config))

@@ -66,8 +66,8 @@ def build_route_configurations(
         domains=["*"],
         routes=routes,
         response_headers_to_add=ratelimit_response_headers() if gateway.admission.enabled else [],
-        # The admission stage's word to the usage observer is not for providers.
-        request_headers_to_remove=[wire.USAGE_HEADER] if gateway.admission.counts_tokens else [],
+        # The routing stage's word on who reads the usage is not for providers.
+        request_headers_to_remove=[wire.USAGE_HEADER],
     )
     return [
         route_pb2.RouteConfiguration(
