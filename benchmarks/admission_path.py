@@ -8,8 +8,8 @@ Four gateways, each a real Envoy with one worker, in front of one mock provider 
 - plain: Envoy alone (router to the provider; no ext_proc, no Python on the path);
 - routing: `sluicegate up` with no tenants: the routing-stage ext_proc only;
 - admission: `sluicegate up` with a tenant key, a tokens and a requests limit (memory
-  store) and so usage accounting (the access log for JSON answers, the usage observer
-  for streams): the full admission path;
+  store) and so usage accounting (read by Envoy, charged from each request's record;
+  before issue 10, streams' by the Python usage observer): the full admission path;
 - admission x2: as admission with one ext_proc replica more (two ext_proc processes).
 
 Measured per round, the order of the gateways rotated between rounds:
@@ -42,9 +42,14 @@ import aiohttp
 from benchmarks.harness.bootstraps import plain_gateway
 from benchmarks.harness.cli import benchmark_parser, command_line, record
 from benchmarks.harness.results import machine, today
-from benchmarks.harness.stack import MockProvider, UpStack, addresses, probe_headers
+from benchmarks.harness.stack import (
+    MockProvider,
+    UpStack,
+    addresses,
+    probe_headers,
+    unlimited_tenant,
+)
 from benchmarks.harness.stats import median, percentile
-from sluicegate.config import hash_key
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.testing import cpu_by_role, free_ports
 
@@ -103,14 +108,7 @@ def up_doc(variant: str, provider_port: int) -> dict[str, Any]:
         "routes": [{"name": "chat", "models": [MODEL], "backends": [{"provider": "mock"}]}],
     }
     if variant != "routing":
-        doc["tenants"] = [
-            {
-                "name": "bench",
-                # Limits that never refuse: what is measured is their cost.
-                "rate_limits": {"requests": 10**9, "tokens": 10**12, "per": "1m"},
-                "keys": [{"name": "bench-key", "hash": hash_key(KEY)}],
-            }
-        ]
+        doc["tenants"] = [unlimited_tenant(KEY)]
     return doc
 
 
@@ -359,7 +357,7 @@ def report(results: Results, command: str, header: str) -> str:
         f"- **Admitted requests/s: {best_rps:.0f}** at best (aim ≥ 2,000: "
         f"{'met' if best_rps >= 2000 else 'missed'}), plain Envoy "
         f"{median(results.rps['plain']):.0f} on the same machine. The full path costs "
-        f"{ext_proc_us:.0f} µs of ext_proc CPU per request (routing stage + usage log), "
+        f"{ext_proc_us:.0f} µs of ext_proc CPU per request (routing stage + request records), "
         f"so the {os.cpu_count()} cores of this machine, shared with Envoy, the "
         "mock provider and the load generator, cap it: a second ext_proc process helps only "
         "where a core is idle."
@@ -378,8 +376,8 @@ def report(results: Results, command: str, header: str) -> str:
         f"adds {over_routing * 1e3:+.2f} ms on top: its own work in-process is a few hundred "
         "µs of CPU at most (section Admission, 'Where the time goes': whole stage, memory "
         "store, against routing only); the rest is larger gRPC messages (the key check on "
-        "the headers, the reservation's metadata in the answer) and the usage log's "
-        "batched entries. Section 'The ext_proc floor' measures, with a C load generator "
+        "the headers, the reservation's metadata in the answer) and the request records' "
+        "batches. Section 'The ext_proc floor' measures, with a C load generator "
         "and no Python mock, what a do-nothing grpc.aio server costs with the same "
         "messages: it alone adds more than the aim."
     )

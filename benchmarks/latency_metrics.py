@@ -1,12 +1,29 @@
-"""Are the request records' latencies right, and what does a record cost in Python?
+"""Are the request records' latencies right, and what do records cost a request?
 
-Accuracy: a mock provider with a fixed time to first token and inter-token latency
-(default 300 ms and 20 ms, 20 output tokens) behind the translated gateway in a real Envoy
-(one worker, static bootstrap) and an ExtProcServer in this process. Streamed requests
-are sent one at a time. The records' TTFT and time per output token, p50 and p95, are
-compared with the configured values. Streamed records carry no usage yet
-(docs/metrics.md, "What is not there yet"), so TPOT here divides by the mock's
-configured token count: that checks Envoy's time points, not the usage path.
+Accuracy (the default): a mock provider with a fixed time to first token and inter-token
+latency (default 300 ms and 20 ms, 20 output tokens) behind the translated gateway in a
+real Envoy (one worker, static bootstrap) and an ExtProcServer in this process. Streamed
+requests, one at a time, that do not ask for usage (the OpenAI SDKs' default): the
+routing stage asks for it, Envoy reads it (sse_to_metadata) and cuts it out before the
+client. Each record's TTFT, and its time per output token as /metrics computes it
+(`records.time_per_output_token`: (duration - TTFT) / (the record's output tokens - 1),
+the tokens from the provider's usage), p50 and p95, are compared with the configured
+values; the report counts the records whose usage carried the mock's token count.
+
+`--cost`: metrics on against metrics off. Two Envoys (one worker each) from the same
+translation and one ExtProcServer in a process of its own behind both: "on" as
+translated; "off" with the request record access log and the usage reader filters
+(json_to_metadata, the stream usage Lua filter, sse_to_metadata, the usage observer)
+removed from the listener. The routing stage is the same, so "off" still asks for a
+stream's usage: its clients receive that event, which no filter cuts. Per round:
+non-streamed completions at concurrency 1 (the mock answers at once, 16 tokens), the
+gateways in turn request by request (the order rotating), p50 latency of each; then
+streams at concurrency 8 through each gateway, all at the same time (50 tokens 10 ms
+apart after 50 ms), TPOT p50 as the client sees it ((last token - first token) / 49).
+Reported: the added p50 (on - off) and the TPOT ratio (on / off), median of rounds.
+`--cost --split` adds two gateways, "on" without json_to_metadata (which buffers and
+parses a JSON answer) and "on" without the record access log, to see which part a JSON
+answer's added latency comes from.
 
 `--decode-only`: CPU time (process time) per record to decode it, and to decode and
 count it, over batches of 100 records like the ones Envoy sends.
@@ -21,11 +38,16 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+import aiohttp
 import yaml
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
@@ -33,28 +55,68 @@ from prometheus_client import CollectorRegistry
 
 from sluicegate import wire
 from sluicegate.config import load_config
-from sluicegate.envoy import find_envoy_binary
+from sluicegate.envoy import EnvoyProcess, find_envoy_binary
 from sluicegate.filters import ExtProcServer
-from sluicegate.model import build_model
-from sluicegate.records import RecordSink, RequestRecord, decode, log_records
-from sluicegate.testing import free_ports, static_bootstrap
-from sluicegate.xds.translate import translate
+from sluicegate.model import Gateway, build_model
+from sluicegate.records import (
+    RecordSink,
+    RequestRecord,
+    decode,
+    log_records,
+    time_per_output_token,
+)
+from sluicegate.testing import edited_listeners, free_ports, static_bootstrap
+from sluicegate.xds.translate import LISTENER, translate
+from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
+from sluicegate.xds.translate.usage import (
+    JSON_TO_METADATA_FILTER,
+    STREAM_USAGE_FILTER,
+    USAGE_FILTER,
+)
 
 from .harness.cli import benchmark_parser
+from .harness.ext_proc_child import ExtProcChild
 from .harness.processes import stop_tree, wait_listening
 from .harness.stack import MockProvider
-from .harness.stats import percentile
+from .harness.stats import median, percentile
 
-MODEL = "bench-model"
+MODEL: Final = "bench-model"
+# What "metrics off" removes from the listener besides its access log: every usage reader.
+USAGE_READERS: Final = frozenset(
+    {USAGE_FILTER, JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER, SSE_TO_METADATA_FILTER}
+)
+ACCURACY_AIM: Final = 0.05  # within 5 % of the configured value
+TPOT_AIM: Final = 0.02  # streamed TPOT on within 2 % of off
+ADDED_P50_AIM_S: Final = 0.0001  # added p50 at concurrency 1 within 0.1 ms of off
+# --cost: a paced stream and an instant answer, chosen per request by the mock's knobs.
+COST_STREAM_TOKENS: Final = 50
+PACED: Final = {"x-mock-ttft-ms": "50", "x-mock-itl-ms": "10",
+                "x-mock-output-tokens": str(COST_STREAM_TOKENS)}  # fmt: skip
+INSTANT: Final = {"x-mock-ttft-ms": "0", "x-mock-itl-ms": "0", "x-mock-output-tokens": "16"}
+STREAM_CLIENTS: Final = 8
 
 
 def _document(listener: int, provider: int) -> dict[str, Any]:
     return {
         "version": 1,
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listener}],
-        "providers": [{"name": "mock", "base_url": f"http://127.0.0.1:{provider}/v1"}],
+        "providers": [
+            {
+                "name": "mock",
+                "base_url": f"http://127.0.0.1:{provider}/v1",
+                "forward_headers": ["x-mock-*"],  # a plain mock process: its knobs pass
+            }
+        ],
         "routes": [{"name": "bench", "models": [MODEL], "backends": [{"provider": "mock"}]}],
     }
+
+
+def gateway_model(work: Path, listener: int, provider: int) -> Gateway:
+    """A routing-only gateway on `listener` in front of a mock on `provider` (its file is
+    work/sluicegate-LISTENER.yaml)."""
+    path = work / f"sluicegate-{listener}.yaml"
+    path.write_text(yaml.safe_dump(_document(listener, provider)))
+    return build_model(load_config(path), {})
 
 
 def _stream(listener: int) -> None:
@@ -68,11 +130,14 @@ def _stream(listener: int) -> None:
         response.read()
 
 
+def _within(measured: float, configured: float, aim: float) -> str:
+    return "met" if abs(measured - configured) <= aim * configured else "missed"
+
+
 async def _accuracy(requests: int, ttft_ms: int, itl_ms: int, tokens: int) -> str:
     listener, provider, ext_proc, admin = free_ports(4)
     work = Path(tempfile.mkdtemp(prefix="latency-metrics-"))
-    (work / "sluicegate.yaml").write_text(yaml.safe_dump(_document(listener, provider)))
-    gateway = build_model(load_config(work / "sluicegate.yaml"), {})
+    gateway = gateway_model(work, listener, provider)
     bootstrap = static_bootstrap(translate(gateway), ext_proc_port=ext_proc, admin_port=admin)
     (work / "envoy.json").write_text(json.dumps(bootstrap))
     mock = MockProvider(
@@ -116,27 +181,234 @@ async def _accuracy(requests: int, ttft_ms: int, itl_ms: int, tokens: int) -> st
         stop_tree(envoy)
         mock.stop()
         await server.stop()
-    ttft = [r.ttft_s for r in records if r.ttft_s is not None and r.status == 200]
-    tpot = [
-        (r.duration_s - r.ttft_s) / (tokens - 1)
-        for r in records
-        if r.duration_s is not None and r.ttft_s is not None and r.status == 200
-    ]
+    answered = [r for r in records if r.status == 200]
+    ttft = [r.ttft_s for r in answered if r.ttft_s is not None]
+    tpot = [t for r in answered if (t := time_per_output_token(r)) is not None]
+    with_usage = sum(1 for r in answered if r.output_tokens == tokens)
     lines = [
-        f"{len(records)} streamed records of {requests} requests (concurrency 1); "
-        f"mock TTFT {ttft_ms} ms, ITL {itl_ms} ms, {tokens} tokens",
-        "| | configured | p50 | p95 | p50 error |",
-        "|---|---|---|---|---|",
+        f"{len(records)} streamed records of {requests} requests (concurrency 1, the client "
+        f"not asking for usage); mock TTFT {ttft_ms} ms, ITL {itl_ms} ms, {tokens} tokens; "
+        f"records whose usage said {tokens} output tokens: {with_usage} of {len(answered)}; "
+        f"TPOT from {len(tpot)} records",
+        "",
+        "| | configured | p50 | p95 | p50 error | p95 error | within 5 % |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, values, configured in (("TTFT", ttft, ttft_ms), ("TPOT", tpot, itl_ms)):
         p50, p95 = percentile(values, 50) * 1000, percentile(values, 95) * 1000
-        error = (p50 - configured) / configured * 100
-        lines.append(f"| {name} | {configured} ms | {p50:.1f} ms | {p95:.1f} ms | {error:+.1f} % |")
+        errors = [(p - configured) / configured * 100 for p in (p50, p95)]
+        aims = [_within(p, configured, ACCURACY_AIM) for p in (p50, p95)]
+        lines.append(
+            f"| {name} | {configured} ms | {p50:.1f} ms | {p95:.1f} ms | {errors[0]:+.1f} % | "
+            f"{errors[1]:+.1f} % | p50 {aims[0]}, p95 {aims[1]} |"
+        )
+    return "\n".join(lines)
+
+
+# ----- --cost: metrics on against metrics off --------------------------------------------------
+
+
+def without(
+    resources: dict[str, list[Message]], filters: Collection[str], *, drop_access_log: bool
+) -> dict[str, list[Message]]:
+    """The translation with the HTTP filters named `filters` (and, with drop_access_log,
+    the access logs) removed from every listener. RuntimeError when a named filter is in
+    no listener, so a renamed filter cannot leave a measurement measuring nothing."""
+    found: set[str] = set()
+
+    def strip(hcm: hcm_pb2.HttpConnectionManager) -> None:
+        if drop_access_log:
+            hcm.ClearField("access_log")
+        found.update(f.name for f in hcm.http_filters if f.name in filters)
+        kept = [f for f in hcm.http_filters if f.name not in filters]
+        del hcm.http_filters[:]
+        hcm.http_filters.extend(kept)
+
+    listeners = edited_listeners(resources, strip)
+    if missing := set(filters) - found:
+        raise RuntimeError(f"not in the translated listeners: {sorted(missing)}")
+    return {**resources, LISTENER: listeners}
+
+
+def metrics_off(gateway: Gateway) -> dict[str, list[Message]]:
+    """The gateway's translation without its request record access log and usage readers
+    (the usage observer only exists with token limits)."""
+    readers = USAGE_READERS if gateway.admission.counts_tokens else USAGE_READERS - {USAGE_FILTER}
+    return without(translate(gateway), readers, drop_access_log=True)
+
+
+def serve_ext_proc(config: str) -> ExtProcServer:
+    """The ext_proc server of the gateways, on the file `config` (in an ExtProcChild)."""
+    server = ExtProcServer()
+    server.load(build_model(load_config(Path(config)), {}))
+    return server
+
+
+async def _sequential_in_turn(
+    session: aiohttp.ClientSession, urls: dict[str, str], turns: int
+) -> dict[str, list[float]]:
+    """Seconds per non-streamed completion, one at a time, the gateways in turn request by
+    request (the order rotating each turn), so every gateway sees the same machine."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 16}).encode()  # fmt: skip
+    headers = {"content-type": "application/json", **INSTANT}
+    latencies: dict[str, list[float]] = {name: [] for name in urls}
+    names = list(urls)
+    for index in range(turns):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            started = time.perf_counter()
+            async with session.post(urls[name], data=body, headers=headers) as response:
+                await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"{urls[name]}: HTTP {response.status}")
+            latencies[name].append(time.perf_counter() - started)
+    return latencies
+
+
+async def _tpots(session: aiohttp.ClientSession, url: str, per_client: int) -> list[float]:
+    """Each stream's (last token - first token) / (tokens - 1), as its client sees it."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 64, "stream": True}).encode()  # fmt: skip
+    headers = {"content-type": "application/json", **PACED}
+    found: list[float] = []
+
+    async def client() -> None:
+        for _ in range(per_client):
+            times = []
+            async with session.post(url, data=body, headers=headers) as response:
+                if response.status != 200:
+                    raise RuntimeError(f"{url}: HTTP {response.status}")
+                async for line in response.content:
+                    if line.startswith(b"data:") and b'"content"' in line:
+                        times.append(time.perf_counter())
+            if len(times) != COST_STREAM_TOKENS:
+                raise RuntimeError(f"{url}: {len(times)} content events, not {COST_STREAM_TOKENS}")
+            found.append((times[-1] - times[0]) / (len(times) - 1))
+
+    await asyncio.gather(*(client() for _ in range(STREAM_CLIENTS)))
+    return found
+
+
+async def _measure_cost(
+    urls: dict[str, str], rounds: int, sequential: int, per_client: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per round and gateway: p50 latency at concurrency 1 (the gateways in turn) and TPOT
+    p50 (every gateway's streams at the same time)."""
+    p50s: dict[str, list[float]] = {name: [] for name in urls}
+    tpots: dict[str, list[float]] = {name: [] for name in urls}
+    connector = aiohttp.TCPConnector(limit=len(urls) * STREAM_CLIENTS)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=60)
+    ) as session:
+        await _sequential_in_turn(session, urls, 50)  # warm every gateway: connections, caches
+        await asyncio.gather(*(_tpots(session, url, 1) for url in urls.values()))
+        for index in range(rounds):
+            latencies = await _sequential_in_turn(session, urls, sequential)
+            streams = await asyncio.gather(
+                *(_tpots(session, url, per_client) for url in urls.values())
+            )
+            for name, found in zip(urls, streams, strict=True):
+                p50s[name].append(percentile(latencies[name], 50))
+                tpots[name].append(percentile(found, 50))
+            print(
+                f"round {index + 1}: "
+                + ", ".join(
+                    f"metrics {name} p50 {p50s[name][-1] * 1e3:.3f} ms (c=1), "
+                    f"TPOT p50 {tpots[name][-1] * 1e3:.3f} ms"
+                    for name in urls
+                ),
+                flush=True,
+            )
+    return p50s, tpots
+
+
+# --cost's gateways: the filters removed from the listener (None: every usage reader, as
+# metrics_off), and whether its access logs go too. With --split, two more: what "on"
+# costs without one of its parts that a JSON answer meets.
+COST_ARMS: Final[dict[str, tuple[tuple[str, ...] | None, bool]]] = {
+    "on": ((), False),
+    "off": (None, True),
+}
+SPLIT_ARMS: Final[dict[str, tuple[tuple[str, ...] | None, bool]]] = {
+    "on without json_to_metadata": ((JSON_TO_METADATA_FILTER,), False),
+    "on without the record access log": ((), True),
+}
+
+
+def _resources(gateway: Gateway, filters: tuple[str, ...] | None, drop_log: bool) -> Any:
+    if filters is None:
+        return metrics_off(gateway)
+    return without(translate(gateway), filters, drop_access_log=drop_log)
+
+
+def _cost(rounds: int, sequential: int, per_client: int, split: bool) -> str:
+    work = Path(tempfile.mkdtemp(prefix="latency-metrics-cost-"))
+    arms = {**COST_ARMS, **(SPLIT_ARMS if split else {})}
+    provider, *ports = free_ports(1 + len(arms))
+    port_of = dict(zip(arms, ports, strict=True))
+    # Written before the ext_proc server starts: it reads the first one's file.
+    gateways = {name: gateway_model(work, port, provider) for name, port in port_of.items()}
+    mock = MockProvider("mock", provider, work)
+    envoys: list[EnvoyProcess] = []
+    with ExtProcChild(serve_ext_proc, str(work / f"sluicegate-{ports[0]}.yaml")) as ext_proc:
+        try:
+            for index, (name, (filters, drop_log)) in enumerate(arms.items()):
+                resources = _resources(gateways[name], filters, drop_log)
+                bootstrap = static_bootstrap(resources, ext_proc_port=ext_proc.port)
+                envoy = EnvoyProcess(bootstrap, work_dir=work / f"envoy-{index}", concurrency=1)
+                envoys.append(envoy)
+                envoy.start_blocking()
+            mock.wait_ready()
+            for port in ports:
+                wait_listening(port, 30.0)
+            urls = {name: f"http://127.0.0.1:{port}/v1/chat/completions"
+                    for name, port in port_of.items()}  # fmt: skip
+            p50s, tpots = asyncio.run(_measure_cost(urls, rounds, sequential, per_client))
+        finally:
+            for envoy in envoys:
+                envoy.stop_blocking()
+            mock.stop()
+
+    def added(name: str) -> list[float]:
+        return [a - b for a, b in zip(p50s[name], p50s["off"], strict=True)]
+
+    def ratios(name: str) -> list[float]:
+        return [a / b for a, b in zip(tpots[name], tpots["off"], strict=True)]
+
+    lines = [
+        f"{rounds} rounds; per round and gateway {sequential} non-streamed requests at "
+        "concurrency 1 (the gateways in turn request by request, the order rotating), then "
+        f"{STREAM_CLIENTS} x {per_client} streams ({COST_STREAM_TOKENS} tokens, ITL 10 ms) "
+        "through each, every gateway at the same time",
+        "",
+        "| gateway | p50 ms (c=1) | added p50 ms vs off | TPOT p50 ms | TPOT x off |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in arms:
+        lines.append(
+            f"| metrics {name} | {median(p50s[name]) * 1e3:.3f} | "
+            f"{median(added(name)) * 1e3:+.3f} | {median(tpots[name]) * 1e3:.3f} | "
+            f"{median(ratios(name)):.4f}x |"
+        )
+    added_p50, tpot_ratio = median(added("on")), median(ratios("on"))
+    lines += [
+        "",
+        "Medians of the rounds (the differences and ratios per round, then their median).",
+        "",
+        f"- added p50 at concurrency 1 (on - off): {added_p50 * 1e3:+.3f} ms (aim within "
+        f"0.1 ms: {'met' if abs(added_p50) <= ADDED_P50_AIM_S else 'missed'}; per round "
+        f"{', '.join(f'{a * 1e3:+.3f}' for a in added('on'))} ms)",
+        f"- streamed TPOT p50, on / off: {tpot_ratio:.4f}x (aim within 2 %: "
+        f"{'met' if abs(tpot_ratio - 1) <= TPOT_AIM else 'missed'}; per round "
+        f"{', '.join(f'{r:.4f}' for r in ratios('on'))})",
+    ]
     return "\n".join(lines)
 
 
 def _log_record() -> Any:
-    """A streamed request's record, with the metadata the routing stage writes."""
+    """A streamed request's record (the client did not ask for usage), with the metadata
+    the routing stage writes and the usage Envoy read: sse_to_metadata's members and the
+    Lua filter's count of content events."""
     metadata = {
         "tenant": "acme", "key_name": "ci", "model": MODEL, "priority": "standard",
         "scenario": "default", "queue_ms": 0, "stream": "true", "reservation": "abc-1",
@@ -144,7 +416,9 @@ def _log_record() -> Any:
         "ratelimit_limit_requests": "600", "ratelimit_remaining_requests": "599",
         "ratelimit_reset_requests": "1m0s", "ratelimit_limit_tokens": "100000",
         "ratelimit_remaining_tokens": "98967", "ratelimit_reset_tokens": "1m0s",
+        wire.META_USAGE_INJECTED: "true",
     }  # fmt: skip
+    usage = {"completion_tokens": 20, "prompt_tokens": 2, wire.USAGE_CONTENT_EVENTS: 20}
     attributes = {
         wire.RECORD_ROUTE: "bench", wire.RECORD_PROVIDER: "mock",
         wire.RECORD_FLAGS: "-", wire.RECORD_DETAILS: "via_upstream",
@@ -154,7 +428,7 @@ def _log_record() -> Any:
         wire.RECORD_FIRST_DOWNSTREAM_BYTE_US: "303700",
         wire.RECORD_LAST_DOWNSTREAM_BYTE_US: "682004",
         wire.RECORD_METADATA: json.dumps(metadata, separators=(",", ":")),
-        wire.RECORD_USAGE: '{"completion_tokens":20,"prompt_tokens":2}',
+        wire.RECORD_USAGE: json.dumps(usage, separators=(",", ":")),
     }  # fmt: skip
     return logs_pb2.LogRecord(
         time_unix_nano=time.time_ns(),
@@ -214,11 +488,19 @@ def _decode_cost(rounds: int = 200, batch: int = 100) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = benchmark_parser(__doc__, write_help=None)
     parser.add_argument("--decode-only", action="store_true")
+    parser.add_argument("--cost", action="store_true", help="metrics on against off")
+    parser.add_argument("--split", action="store_true", help="--cost: two partial gateways more")
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--ttft-ms", type=int, default=300)
     parser.add_argument("--itl-ms", type=int, default=20)
     parser.add_argument("--output-tokens", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=6, help="--cost: rounds")
+    parser.add_argument("--sequential", type=int, default=400, help="--cost: requests a round")
+    parser.add_argument("--streams", type=int, default=4, help="--cost: streams per client")
     args = parser.parse_args(argv)
+    if args.cost:
+        print(_cost(args.rounds, args.sequential, args.streams, args.split))
+        return 0
     print(_decode_cost())
     if not args.decode_only:
         print(asyncio.run(_accuracy(args.requests, args.ttft_ms, args.itl_ms,

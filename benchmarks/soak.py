@@ -13,8 +13,9 @@ default 10,000), --samples FILE (every 2 s sample, as JSON).
 and its gate on `gpt-4o-mini`, on free ports), two more tenants of two keys each (5 keys
 in all), every tenant's and key's limits lifted so that nothing is refused for rate
 (the limiter still reserves and reconciles every request). One wrk thread cycles through
-a mix of requests: JSON answers (usage by the access log) and streams with and without
-`stream_options.include_usage` (usage by the observer) on the three models, from every key,
+a mix of requests: JSON answers and streams with and without
+`stream_options.include_usage` (usage read by Envoy, charged from each request's record;
+before issue 10, streams' by the Python usage observer) on the three models, from every key,
 a few at priority `batch`, and refusals (an unknown key: 401; an unknown model: 404).
 Every body differs (a request number in the prompt). The load runs in parts of
 --segment requests; each wrk run cut the few requests still in flight when it stopped.

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from sluicegate.config import hash_key
 from sluicegate.process import die_with_parent
 from sluicegate.testing import children_of, cpu_by_role, free_ports
 from sluicegate.testing.recorded_stack import stop_recorded_stack
@@ -63,6 +64,16 @@ def addresses() -> dict[str, Any]:
     return Ports(0, xds, ext_proc, http, admin).sluicegate()
 
 
+def unlimited_tenant(key: str) -> dict[str, Any]:
+    """A tenant `bench` whose one key is `key`, with limits that never refuse: what a
+    benchmark measures is their cost (a reservation and its charge on every request)."""
+    return {
+        "name": "bench",
+        "rate_limits": {"requests": 10**9, "tokens": 10**12, "per": "1m"},
+        "keys": [{"name": "bench-key", "hash": hash_key(key)}],
+    }
+
+
 def probe_headers(key: str) -> dict[str, str]:
     """A client key and the quickest mock answer: for waiting until a stack serves."""
     return {"authorization": f"Bearer {key}", "x-mock-output-tokens": "1", "x-mock-ttft-ms": "0"}
@@ -78,7 +89,10 @@ def chat_body(model: str, max_tokens: int | None = 4) -> bytes:
 class UpStack:
     """`sluicegate up` with one Envoy worker, in `directory`: on the document `doc`
     (written there as sluicegate.yaml) or on an existing `config` file. `launcher` runs
-    instead of `python -m sluicegate` (the `up` arguments follow it)."""
+    instead of `python -m sluicegate` (the `up` arguments follow it). `root` is the
+    checkout whose sluicegate runs (another commit's tree, for a before/after run):
+    `python -m` puts the working directory first on sys.path, ahead of the venv's
+    editable install, and `up`'s children inherit the directory and PYTHONPATH."""
 
     def __init__(
         self,
@@ -90,8 +104,10 @@ class UpStack:
         launcher: Sequence[str] = SLUICEGATE,
         log_name: str = "up.log",
         run_dir: Path | None = None,
+        root: Path = ROOT,
     ) -> None:
         self.name = directory.name
+        self.root = root
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         if doc is not None:
@@ -118,7 +134,8 @@ class UpStack:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                cwd=ROOT,
+                cwd=root,
+                env=None if root == ROOT else {**os.environ, "PYTHONPATH": str(root)},
             )
 
     def log_tail(self, size: int = 4000) -> str:
