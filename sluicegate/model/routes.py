@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from typing import Final, Literal, Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from sluicegate import config
 
@@ -21,8 +21,8 @@ CLUSTER_PREFIX: Final = "route-"
 
 # How a route's providers share traffic within a priority level (config `routing:`):
 # the configured weights, or weights learned from latency and errors (sluicegate.latency).
-Routing = Literal["static", "latency"]
-LATENCY: Final = "latency"
+Routing = config.Routing
+LATENCY: Final = config.ROUTING_LATENCY
 
 
 def gate_name(kind: str, name: str) -> str:

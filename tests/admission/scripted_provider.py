@@ -46,6 +46,10 @@ def _chunk(content: str | None, *, usage: bool = False, end: bytes = b"\n\n") ->
     return b"data: " + json.dumps(event).encode() + end
 
 
+def _event(document: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(document).encode() + b"\n\n"
+
+
 async def _stream(request: web.Request, events: list[bytes], *, cut: bool = False,
                   hang: bool = False) -> web.StreamResponse:  # fmt: skip
     response = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -103,6 +107,13 @@ async def _answer(request: web.Request) -> web.StreamResponse:
         return await _stream(
             request, [*contents, last, _chunk(None, usage=True), b"data: [DONE]\n\n"]
         )
+    if shape == "sse-responses-cut":  # Responses API events, cut before the last one
+        deltas = [
+            _event({"type": "response.output_text.delta", "delta": f"t{i}"})
+            for i in range(CONTENT_CHUNKS)
+        ]
+        done = _event({"type": "response.output_text.done", "text": "t0t1t2"})
+        return await _stream(request, [*deltas, done], cut=True)
     if shape == "sse-empty":  # no event with text at all
         return await _stream(request, [b"data: [DONE]\n\n"])
     if shape == "sse-usage-crlf":

@@ -61,9 +61,11 @@ _USAGE_PATHS: Final = (
 
 # Events that carry generated text, as filters/usage.py counts them: a non-empty string in
 # `content`, `reasoning_content`, `reasoning`, `refusal`, a tool call's `arguments`, a
-# legacy completion's `text`, or a Responses API `delta`. A key inside a string is escaped
-# (\"content\"), so it never matches. An event split across two chunks may be counted
-# twice or not at all: the count is the charge of a stream without usage only.
+# legacy completion's `text`, or a Responses API `*.delta` event's `delta` (its `*.done`
+# events and `response.completed` repeat the text, so they do not count). A key inside a
+# string is escaped (\"content\"), so it never matches. Without a cut to make, an event
+# split across two chunks may be counted twice or not at all: the count is the charge of
+# a stream without usage only.
 STREAM_USAGE_LUA: Final = rf"""
 local NAMESPACE = "{wire.USAGE_METADATA_NAMESPACE}"
 local COUNT_KEY = "{wire.USAGE_CONTENT_EVENTS}"
@@ -73,6 +75,15 @@ local PATTERNS = {{}}
 for i, key in ipairs(KEYS) do PATTERNS[i] = '"' .. key .. '":%s*"' end
 
 local function has_text(line)
+  local _, kind = string.find(line, '"type":%s*"response%.')
+  if kind ~= nil then
+    -- The Responses API: only a `*.delta` event is new text; its `*.done` events and
+    -- `response.completed` repeat what the deltas carried.
+    local close = string.find(line, '"', kind + 1, true)
+    if close == nil or string.sub(line, close - 6, close - 1) ~= ".delta" then return false end
+    local _, stop = string.find(line, '"delta":%s*"')
+    return stop ~= nil and string.sub(line, stop + 1, stop + 1) ~= '"'
+  end
   for _, pattern in ipairs(PATTERNS) do
     local _, stop = string.find(line, pattern)
     if stop ~= nil and string.sub(line, stop + 1, stop + 1) ~= '"' then return true end
