@@ -13,9 +13,8 @@ each request it routes (xds/translate/usage.py wraps each reader in a matcher on
 A chat or completions stream reports its usage only when the body asks for it
 (`stream_options.include_usage`). When the client did not ask, the routing stage asks
 for it (a splice, no parse; the whole body then goes back to Envoy in the answer) and
-marks the request
-(wire.META_USAGE_INJECTED), so Envoy cuts the usage event out of what the client
-receives. A body that has `stream_options` without `include_usage` is left as it is (its
+marks the request (wire.META_USAGE_INJECTED), so Envoy cuts the usage event out of what
+the client receives. A body that has `stream_options` without `include_usage` is left as it is (its
 other options would have to be rewritten), nor one with `"stream_options": null`: such a
 stream is counted (Lua) instead.
 """
