@@ -116,13 +116,6 @@ class _Tally:
             self.output_tokens = value
 
 
-def usage_counts(usage: object) -> tuple[int | None, int | None]:
-    """(input, output) tokens an OpenAI `usage` object states, by the rules above."""
-    tally = _Tally()
-    tally.read(usage)
-    return tally.input_tokens, tally.output_tokens
-
-
 def _choice_has_content(choice: object) -> bool:
     if not isinstance(choice, dict):
         return False

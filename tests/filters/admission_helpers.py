@@ -6,7 +6,8 @@ import asyncio
 import json
 import textwrap
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -16,9 +17,10 @@ from prometheus_client import CollectorRegistry
 
 from sluicegate import wire
 from sluicegate.config import Config, hash_key, load_config_text
+from sluicegate.filters import ExtProcServer
 from sluicegate.model import Gateway, build_model
 
-from .helpers import body_message, headers_message
+from .helpers import CHANNEL_OPTIONS, body_message, headers_message
 
 # A fixed salt keeps hashing cheap and the config text stable between runs.
 SALT = bytes(range(16))
@@ -26,6 +28,21 @@ SALT = bytes(range(16))
 
 def hashed(key: str) -> str:
     return hash_key(key, SALT)
+
+
+@asynccontextmanager
+async def serving(text: str | None) -> AsyncIterator[tuple[ExtProcServer, grpc.aio.Channel]]:
+    """A started server with the config's table and admission policy (None: an empty
+    one), and a channel to it."""
+    server = ExtProcServer()
+    if text is not None:
+        server.load(model_of(text))
+    await server.start("127.0.0.1:0")
+    try:
+        async with grpc.aio.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
+            yield server, channel
+    finally:
+        await server.stop(0)
 
 
 def config_of(text: str) -> Config:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -29,10 +28,11 @@ from .admission_helpers import (
     prompt_estimate,
     record_of,
     sample,
+    serving,
     wait_until,
 )
 from .admission_helpers import chat_body as body_of
-from .helpers import CHANNEL_OPTIONS, error_of, routed_model, streamed, usage_header
+from .helpers import error_of, routed_model, streamed, usage_header
 
 TEAM = "sk-test-team-0001"
 NARROW = "sk-test-narrow-0002"
@@ -84,19 +84,6 @@ routes:
 """
 )
 PROMPT = prompt_estimate()  # chat_body's prompt estimate ("hi")
-
-
-@asynccontextmanager
-async def serving(text: str) -> AsyncIterator[tuple[ExtProcServer, grpc.aio.Channel]]:
-    """A started server with the config's table and admission policy."""
-    server = ExtProcServer()
-    server.load(model_of(text))
-    await server.start("127.0.0.1:0")
-    try:
-        async with grpc.aio.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
-            yield server, channel
-    finally:
-        await server.stop(0)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -26,11 +25,11 @@ from .admission_helpers import (
     chat_body,
     hashed,
     metadata_of,
-    model_of,
     record_of,
+    serving,
     wait_until,
 )
-from .helpers import CHANNEL_OPTIONS, error_of, routed_model
+from .helpers import error_of, routed_model
 
 TEAM = "sk-record-team-0001"
 NARROW = "sk-record-narrow-0002"
@@ -78,18 +77,6 @@ tenants:
     keys: [{{name: narrow-key, hash: "{hashed(NARROW)}"}}]
 """
 )
-
-
-@asynccontextmanager
-async def serving(text: str) -> AsyncIterator[tuple[ExtProcServer, grpc.aio.Channel]]:
-    server = ExtProcServer()
-    server.load(model_of(text))
-    await server.start("127.0.0.1:0")
-    try:
-        async with grpc.aio.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
-            yield server, channel
-    finally:
-        await server.stop(0)
 
 
 @pytest.fixture

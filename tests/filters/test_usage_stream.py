@@ -17,8 +17,7 @@ from sluicegate.filters import ExtProcServer
 from sluicegate.filters.admission import AdmissionController, UsageStream
 from sluicegate.filters.limiter import Limit, LimiterStore, Usage
 
-from .admission_helpers import Stream, sample, settle, wait_until
-from .helpers import CHANNEL_OPTIONS
+from .admission_helpers import Stream, sample, serving, settle, wait_until
 
 LIMITS = (
     Limit("tenant", "acme", "tokens", 1_000_000, 60.0),
@@ -326,13 +325,8 @@ async def test_media_type_case_does_not_change_the_charge(
 
 @pytest.fixture
 async def usage_server() -> AsyncIterator[tuple[ExtProcServer, grpc.aio.Channel]]:
-    server = ExtProcServer()
-    await server.start("127.0.0.1:0")
-    try:
-        async with grpc.aio.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
-            yield server, channel
-    finally:
-        await server.stop(0)
+    async with serving(None) as pair:
+        yield pair
 
 
 async def test_usage_stage_stream_end_charges_a_cut_stream(

@@ -5,8 +5,6 @@ leaves the gauges without samples."""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,16 +118,6 @@ def test_without_a_reading_the_gauges_are_declared_without_samples() -> None:
 
 
 # -- up's endpoint, with an Envoy admin that answers or hangs ---------------------------------
-
-
-@pytest.fixture
-def hung_socket(tmp_path: Path) -> Iterator[str]:
-    """A Unix socket that accepts connections and never answers (a wedged Envoy)."""
-    path = tmp_path / "hung.sock"
-    with socket.socket(socket.AF_UNIX) as listening:
-        listening.bind(str(path))
-        listening.listen(16)
-        yield f"unix:{path}"
 
 
 async def fake_admin() -> tuple[str, web.AppRunner]:

@@ -4,27 +4,14 @@ answers garbage is shown as not answering, and the other's answer is kept."""
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 from aiohttp import web
 
 from sluicegate.stack.http_site import serve_app
 from sluicegate.stack.up_http import ChildEndpoint, make_up_app
 from tests.ports import free_port
-
-
-@pytest.fixture
-def hung_socket(tmp_path: Path) -> Iterator[str]:
-    """A Unix socket that accepts connections and never answers (a wedged child)."""
-    path = tmp_path / "hung.sock"
-    with socket.socket(socket.AF_UNIX) as listening:
-        listening.bind(str(path))
-        listening.listen(16)
-        yield f"unix:{path}"
 
 
 async def answering(tmp_path: Path, name: str, body: bytes) -> tuple[str, web.AppRunner]:

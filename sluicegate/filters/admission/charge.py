@@ -27,7 +27,6 @@ from sluicegate import wire
 from sluicegate.records import RequestRecord
 
 from ..limiter import Usage
-from ..usage import ObservedUsage
 from .controller import AdmissionController
 
 SOURCE_PROVIDER: Final = "provider"
@@ -99,24 +98,21 @@ def charge_record(controller: AdmissionController, record: RequestRecord) -> str
         model=record.model,
         estimate=Usage(record.estimate_input, record.estimate_output),
     )
-    counted = record.content_events
-    seen = ObservedUsage(
-        record.input_tokens,
-        record.output_tokens,
-        content_chunks=counted or 0,
-        malformed=0,
-        done=False,
-    )
-    # A stream Envoy did not count (not an event stream after all) keeps its estimate.
-    stream_counted = record.stream and counted is not None
-    has_usage = record.input_tokens is not None and record.output_tokens is not None
     return charge(
         controller,
         reserved,
         status=record.status,
-        seen=seen if has_usage or stream_counted else None,
-        streaming=stream_counted,
+        used=provider_usage(record.input_tokens, record.output_tokens),
+        # A stream Envoy did not count (not an event stream after all) keeps its estimate.
+        counted=record.content_events if record.stream else None,
     )
+
+
+def provider_usage(input_tokens: int | None, output_tokens: int | None) -> Usage | None:
+    """The provider's usage when it stated both counts."""
+    if input_tokens is None or output_tokens is None:
+        return None
+    return Usage(input_tokens, output_tokens)
 
 
 def charge(
@@ -124,17 +120,19 @@ def charge(
     reserved: Reserved,
     *,
     status: int,
-    seen: ObservedUsage | None,
-    streaming: bool,
+    used: Usage | None,
+    counted: int | None,
 ) -> str:
-    """Reconcile `reserved` to what the response used (module docstring); the source."""
+    """Reconcile `reserved` to what the response used (module docstring); the source.
+    `used`: the provider's usage; `counted`: a stream's events that carried text, when
+    they were counted."""
     estimate = reserved.estimate
-    if seen is not None and seen.input_tokens is not None and seen.output_tokens is not None:
-        actual, source = Usage(seen.input_tokens, seen.output_tokens), SOURCE_PROVIDER
+    if used is not None:
+        actual, source = used, SOURCE_PROVIDER
     elif status >= 400 or status == 0:
         actual, source = Usage(0, 0), SOURCE_ERROR
-    elif streaming and seen is not None:
-        actual, source = Usage(estimate.input_tokens, seen.content_chunks), SOURCE_COUNTED
+    elif counted is not None:
+        actual, source = Usage(estimate.input_tokens, counted), SOURCE_COUNTED
     else:
         actual, source = estimate, SOURCE_ESTIMATE
     metrics = controller.metrics
@@ -142,9 +140,9 @@ def charge(
     metrics.usage_source.labels(source).inc()
     metrics.tokens_charged.labels(tenant, model, "input").inc(actual.input_tokens)
     metrics.tokens_charged.labels(tenant, model, "output").inc(actual.output_tokens)
-    estimated = estimate.input_tokens + estimate.output_tokens
-    used = actual.input_tokens + actual.output_tokens
-    if estimated > used:
-        metrics.tokens_refunded.labels(tenant, model).inc(estimated - used)
+    refund = estimate.input_tokens + estimate.output_tokens
+    refund -= actual.input_tokens + actual.output_tokens
+    if refund > 0:
+        metrics.tokens_refunded.labels(tenant, model).inc(refund)
     controller.spawn(controller.store().reconcile(reserved.reservation, actual))
     return source

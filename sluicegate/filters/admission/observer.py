@@ -16,7 +16,7 @@ from typing import Any
 
 from ..headers import header_text
 from ..usage import SseUsageParser, UsageParser, usage_parser
-from .charge import Reserved, charge, charged_by_observer, reserved_from
+from .charge import Reserved, charge, charged_by_observer, provider_usage, reserved_from
 from .controller import AdmissionController
 
 
@@ -88,6 +88,9 @@ class UsageStream:
         self._finished = True
         seen = self._parser.finish() if self._parser is not None else None
         charge(
-            self._controller, self._reserved, status=self._status, seen=seen,
-            streaming=self._streaming,
-        )  # fmt: skip
+            self._controller,
+            self._reserved,
+            status=self._status,
+            used=None if seen is None else provider_usage(seen.input_tokens, seen.output_tokens),
+            counted=seen.content_chunks if seen is not None and self._streaming else None,
+        )

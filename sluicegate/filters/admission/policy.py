@@ -83,10 +83,6 @@ class AdmissionPolicy:
     # Whether any request needs more than model routing; read on every ext_proc message,
     # so worked out once here rather than over every route each time.
     enabled: bool = field(init=False)
-    # Whether a request's scenario can be other than DEFAULT_SCENARIO: only then does the
-    # routing stage without admission read the request headers (the path and the
-    # scenario header) at all.
-    has_scenarios: bool = field(init=False)
 
     def __post_init__(self) -> None:
         enabled = self.keyring is not None or any(
@@ -94,7 +90,6 @@ class AdmissionPolicy:
             for route in self.routes.values()
         )
         object.__setattr__(self, "enabled", enabled)
-        object.__setattr__(self, "has_scenarios", self.scenarios != {DEFAULT_SCENARIO})
 
     def limits_for(
         self, identity: ClientIdentity | None, route: str, model: str

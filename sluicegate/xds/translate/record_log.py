@@ -32,8 +32,10 @@ from xds.type.v3 import typed_struct_pb2
 from sluicegate import wire
 
 from ._proto import pack, struct
-from .usage import LOG_FLUSH_MS
 
+# How long Envoy may hold finished requests' records before sending them: a reservation
+# is reconciled at most this long after its response ended.
+LOG_FLUSH_MS: Final = 100
 OTEL_ACCESS_LOG: Final = "envoy.access_loggers.open_telemetry"
 OTEL_CONFIG_TYPE_URL: Final = (
     "type.googleapis.com/"

@@ -44,9 +44,6 @@ from .stream_usage import (
 USAGE_FILTER = "sluicegate.usage_observer"
 JSON_TO_METADATA_FILTER = "envoy.filters.http.json_to_metadata"
 STREAM_USAGE_FILTER = "sluicegate.stream_usage"
-# How long Envoy may hold finished requests' records before sending them: a reservation
-# is reconciled at most this long after its response ended.
-LOG_FLUSH_MS = 100
 
 
 def usage_filters(limits: Limits, *, counts_tokens: bool) -> list[hcm_pb2.HttpFilter]:
