@@ -74,6 +74,8 @@ class UpstreamError:
     details_any: tuple[tuple[DetailsTest, ...], ...] = ()
     flags: tuple[str, ...] = ()
     retry_after_s: int | None = None  # adds a Retry-After header
+    # A refusal for capacity (not a failure): adds wire.REFUSAL_HEADER with the code.
+    refusal: bool = False
 
     @property
     def details(self) -> str | None:
@@ -150,6 +152,7 @@ UPSTREAM_ERRORS: Final[tuple[UpstreamError, ...]] = (
         "Too many requests in flight to this model's providers (a pool limit); try again shortly",
         flags=("UO",),
         retry_after_s=1,
+        refusal=True,
     ),
     UpstreamError(
         "no_healthy_upstream",

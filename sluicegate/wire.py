@@ -88,6 +88,13 @@ PROVIDER_ERROR: Final = "provider_error"
 # A client chooses the request's scenario among the declared ones (`scenarios:`) with
 # this header; stripped before a provider sees it (the header allowlist).
 SCENARIO_HEADER: Final = "x-sluicegate-scenario"
+# On every refusal the gateway makes for capacity (a limit's 429, a shed's 503, the
+# limiter store down, a pool full): the error code, so a client or `sluicegate bench` can
+# tell the gateway's own refusals from a provider's 429 or 503, which never carry it.
+REFUSAL_HEADER: Final = "x-sluicegate-refusal"
+# On every admitted answer under admission: how long the request waited at its priority
+# gate, in milliseconds (0: it did not wait), from the record's META_QUEUE_MS.
+QUEUE_MS_HEADER: Final = "x-sluicegate-queue-ms"
 # The request record (docs/metrics.md, "The record"): Envoy's OpenTelemetry access log
 # sends one log record per request to the ext_proc servers' LogsService; its attributes
 # are named by these keys (the translator writes them, sluicegate.records reads them).

@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 from openai import OpenAI
 
+from sluicegate import wire
 from sluicegate.config import hash_key
 from tests.e2e.stack import Stack, own_addresses, running_stack
 from tests.ports import free_ports
@@ -253,6 +254,7 @@ def test_a_request_larger_than_the_limit_is_refused_at_once_and_told_not_to_retr
     assert error["error"]["type"] == "tokens"
     assert headers["x-should-retry"] == "false"
     assert "retry-after" not in headers
+    assert headers[wire.REFUSAL_HEADER] == "request_too_large"
 
 
 def _usage_reports(stack: Stack, source: str) -> float:
@@ -299,6 +301,7 @@ def test_reservation_refuses_the_overflowing_request_with_retry_after_and_header
     assert error["error"]["code"] == "rate_limit_exceeded"
     assert error["error"]["type"] == "tokens"
     assert 1 <= int(headers["retry-after"]) <= 5
+    assert headers[wire.REFUSAL_HEADER] == "rate_limit_exceeded"
     assert headers["x-ratelimit-limit-tokens"] == str(TIGHT_TOKENS)
     assert int(headers["x-ratelimit-remaining-tokens"]) < 300
 
@@ -348,11 +351,10 @@ def test_batch_is_shed_with_503_and_retry_after_while_interactive_waits(stack: S
                         "x-mock-ttft-ms": str(ttft),
                     },
                 ) as response:
-                    return (
-                        response.status,
-                        json.loads(await response.read()),
-                        response.headers.get("retry-after"),
-                    )
+                    refusal = response.headers.get(wire.REFUSAL_HEADER)
+                    body = json.loads(await response.read())
+                    assert refusal == (body["error"]["code"] if response.status != 200 else None)
+                    return (response.status, body, response.headers.get("retry-after"))
 
             interactive = [asyncio.create_task(one("team", 800)) for _ in range(4)]
             await asyncio.sleep(0.1)
@@ -525,6 +527,20 @@ def test_a_providers_rate_limit_holds_across_tenants(stack: Stack) -> None:
     assert error["error"]["type"] == "requests"
     assert "provider capped" in error["error"]["message"]
     assert headers["x-ratelimit-limit-requests"] == "3"
+    assert headers[wire.REFUSAL_HEADER] == "rate_limit_exceeded"
+
+
+def test_a_providers_own_429_is_not_marked_as_the_gateways_refusal(stack: Stack) -> None:
+    status, error, headers = post(
+        stack,
+        {"model": "chat", "messages": HELLO},
+        key=KEYS["team"],
+        headers={"x-mock-fault": "429", "x-mock-retry-after": "1"},
+    )
+    # The provider's own OpenAI error passes through, with the same code a gateway's
+    # limit would give: only the header tells them apart.
+    assert (status, error["error"]["code"]) == (429, "rate_limit_exceeded")
+    assert wire.REFUSAL_HEADER not in headers
 
 
 def test_status_shows_the_gates_and_the_store(stack: Stack) -> None:
@@ -547,10 +563,10 @@ def test_a_request_queued_longer_than_the_message_timeout_is_still_served(stack:
             url = stack.gateway + "/v1/chat/completions"
             body = {"model": "gated", "messages": HELLO}
 
-            async def one(extra: dict[str, str]) -> int:
+            async def one(extra: dict[str, str]) -> tuple[int, float]:
                 async with session.post(url, json=body, headers={**headers, **extra}) as r:
                     await r.read()
-                    return r.status
+                    return r.status, float(r.headers[wire.QUEUE_MS_HEADER])
 
             holders = [asyncio.create_task(one({"x-mock-ttft-ms": "2000"})) for _ in range(2)]
             deadline = time.monotonic() + 5
@@ -562,9 +578,12 @@ def test_a_request_queued_longer_than_the_message_timeout_is_still_served(stack:
             waited = time.monotonic() - started
             return [*await asyncio.gather(*holders), queued], waited
 
-    statuses, waited = asyncio.run(scenario())
-    assert statuses == [200, 200, 200]
+    answers, waited = asyncio.run(scenario())
+    assert [status for status, _ in answers] == [200, 200, 200]
     assert waited > 1.2  # it really waited past Envoy's 1 s message timeout
+    # The client is told how long it queued: the holders did not, the last one did.
+    assert [queue_ms for _, queue_ms in answers[:2]] == [0, 0]
+    assert 1000 < answers[2][1] <= waited * 1000
 
 
 def _observer_streams(stack: Stack) -> int:

@@ -169,6 +169,7 @@ def test_rate_limited_on_tokens_is_429_with_retry_after_and_ratelimit_headers() 
         "x-ratelimit-remaining-tokens": "100",
         "x-ratelimit-reset-tokens": "42s",
         "retry-after": "13",
+        wire.REFUSAL_HEADER: "rate_limit_exceeded",
     }
 
 
@@ -200,6 +201,7 @@ def test_request_too_large_says_do_not_retry() -> None:
     assert headers["x-should-retry"] == "false"
     assert "retry-after" not in headers
     assert headers["x-ratelimit-limit-tokens"] == "1000"
+    assert headers[wire.REFUSAL_HEADER] == "request_too_large"
 
 
 def test_refused_without_a_retry_time_is_too_large_too() -> None:
@@ -214,6 +216,7 @@ def test_store_unavailable_is_503() -> None:
     status, err, headers = error(answer)
     assert (status, err["type"], err["code"]) == (503, "server_error", "rate_limiter_unavailable")
     assert headers["retry-after"] == "1"
+    assert headers[wire.REFUSAL_HEADER] == "rate_limiter_unavailable"
     assert not any(key.startswith("x-ratelimit") for key in headers)
 
 
@@ -240,7 +243,11 @@ def test_shed_is_503_with_the_reason(reason: ShedReason, code: str) -> None:
         "The gateway is at capacity: the batch queue of route chat is full (3 waiting). "
         "Please retry in 7s."
     )
-    assert headers == {"content-type": "application/json", "retry-after": "7"}
+    assert headers == {
+        "content-type": "application/json",
+        "retry-after": "7",
+        wire.REFUSAL_HEADER: code,
+    }
 
 
 def test_model_forbidden_is_403() -> None:

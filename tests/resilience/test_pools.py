@@ -141,6 +141,7 @@ def test_pool_overflow_is_an_immediate_openai_503(setup: Setup) -> None:
         assert overflow.body["error"]["code"] == "upstream_overflow"
         assert overflow.body["error"]["type"] == "server_error"
         assert overflow.headers["retry-after"] == "1"
+        assert overflow.headers["x-sluicegate-refusal"] == "upstream_overflow"
         assert overflow.headers["content-type"].startswith("application/json")
         assert overflow.seconds < 0.5, "an overflow must be answered at once, not queued"
         assert first.result(timeout=10).status == 200

@@ -101,4 +101,7 @@ def test_overload_shedding_is_an_openai_503_with_retry_after() -> None:
     assert mapper.status_code.value == 503
     body = mapper.body_format_override.json_format
     assert body["error"]["code"] == "gateway_overloaded"
-    assert [(h.header.key, h.header.value) for h in mapper.headers_to_add] == [("retry-after", "1")]
+    assert [(h.header.key, h.header.value) for h in mapper.headers_to_add] == [
+        ("retry-after", "1"),
+        ("x-sluicegate-refusal", "gateway_overloaded"),
+    ]

@@ -277,6 +277,12 @@ def test_upstream_failures_get_their_own_codes_before_the_status_mappers() -> No
     assert all(m.filter.WhichOneof("filter_specifier") != "response_flag_filter" for m in by_status)
     overflow = upstream[codes.index("upstream_overflow")]
     assert overflow.filter.response_flag_filter.flags == ["UO"]
+    # A full pool is a refusal for capacity, told apart from a provider's 503.
     assert [(h.header.key, h.header.value) for h in overflow.headers_to_add] == [
-        ("retry-after", "1")
+        ("retry-after", "1"),
+        ("x-sluicegate-refusal", "upstream_overflow"),
     ]
+    # A provider that fails is not a refusal.
+    for mapper in upstream:
+        if mapper is not overflow and mapper is not upstream[0]:
+            assert "x-sluicegate-refusal" not in [h.header.key for h in mapper.headers_to_add]

@@ -39,7 +39,7 @@ STORE_UNAVAILABLE: Final = immediate_error(
     "Please retry shortly.",
     type="server_error",
     code="rate_limiter_unavailable",
-    headers=(("retry-after", "1"),),
+    headers=(("retry-after", "1"), (wire.REFUSAL_HEADER, "rate_limiter_unavailable")),
 )
 
 
@@ -115,7 +115,11 @@ def refused(decision: Decision) -> bytes:
             f"{decision.requested}. Reduce the prompt or max_tokens; retrying cannot help.",
             type=unit,
             code="request_too_large",
-            headers=[*headers, ("x-should-retry", "false")],
+            headers=[
+                *headers,
+                ("x-should-retry", "false"),
+                (wire.REFUSAL_HEADER, "request_too_large"),
+            ],
         )
     wait = decision.retry_after_s
     return immediate_error(
@@ -124,18 +128,23 @@ def refused(decision: Decision) -> bytes:
         f"{decision.requested}. Please try again in {openai_duration(wait)}.",
         type=unit,
         code="rate_limit_exceeded",
-        headers=[*headers, ("retry-after", retry_after_seconds(wait))],
+        headers=[
+            *headers,
+            ("retry-after", retry_after_seconds(wait)),
+            (wire.REFUSAL_HEADER, "rate_limit_exceeded"),
+        ],
     )
 
 
 def shed(error: Shed) -> bytes:
     """503 for a request the priority queue let go, saying why."""
+    code = f"queue_{error.reason}" if not error.reason.startswith("queue") else error.reason
     return immediate_error(
         503,
         f"The gateway is at capacity: {error.message}. Please retry in {error.retry_after_s}s.",
         type="server_error",
-        code=f"queue_{error.reason}" if not error.reason.startswith("queue") else error.reason,
-        headers=(("retry-after", str(error.retry_after_s)),),
+        code=code,
+        headers=(("retry-after", str(error.retry_after_s)), (wire.REFUSAL_HEADER, code)),
     )
 
 

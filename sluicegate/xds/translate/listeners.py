@@ -310,13 +310,19 @@ def _overload_mapper() -> hcm_pb2.ResponseMapper:
         body_format_override=_error_format(
             "The gateway is overloaded; retry later", "server_error", OVERLOAD_CODE
         ),
-        headers_to_add=[
-            base_pb2.HeaderValueOption(
-                header=base_pb2.HeaderValue(key="retry-after", value="1"),
-                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-            )
-        ],
+        headers_to_add=_reply_headers(("retry-after", "1"), (wire.REFUSAL_HEADER, OVERLOAD_CODE)),
     )
+
+
+def _reply_headers(*headers: tuple[str, str]) -> list[base_pb2.HeaderValueOption]:
+    """Headers a local reply sets, replacing any of the same name."""
+    return [
+        base_pb2.HeaderValueOption(
+            header=base_pb2.HeaderValue(key=key, value=value),
+            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+        )
+        for key, value in headers
+    ]
 
 
 def _json_passthrough_mapper() -> hcm_pb2.ResponseMapper:
@@ -358,13 +364,12 @@ def _upstream_error_mapper(error: UpstreamError) -> hcm_pb2.ResponseMapper:
             f"{error.message} (%RESPONSE_CODE_DETAILS%)", "server_error", error.code
         ),
     )
+    headers = []
     if error.retry_after_s is not None:
-        mapper.headers_to_add.append(
-            base_pb2.HeaderValueOption(
-                header=base_pb2.HeaderValue(key="retry-after", value=str(error.retry_after_s)),
-                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-            )
-        )
+        headers.append(("retry-after", str(error.retry_after_s)))
+    if error.refusal:
+        headers.append((wire.REFUSAL_HEADER, error.code))
+    mapper.headers_to_add.extend(_reply_headers(*headers))
     return mapper
 
 

@@ -65,7 +65,7 @@ def build_route_configurations(
         name=VIRTUAL_HOST,
         domains=["*"],
         routes=routes,
-        response_headers_to_add=ratelimit_response_headers() if gateway.admission.enabled else [],
+        response_headers_to_add=admission_response_headers() if gateway.admission.enabled else [],
         # The routing stage's word on who reads the usage is not for providers.
         request_headers_to_remove=[wire.USAGE_HEADER],
     )
@@ -79,12 +79,14 @@ def build_route_configurations(
     ]
 
 
-def ratelimit_response_headers() -> list[base_pb2.HeaderValueOption]:
-    """OpenAI's x-ratelimit-* headers on admitted responses, from the dynamic metadata the
-    admission stage set: no response-phase round trip to Python. A request that no limit
-    applied to has no such metadata, the value formats empty, and Envoy then adds nothing
-    (keep_empty_value is false), so a provider's own headers pass through. When the gateway
-    has limits its values replace the provider's: the client's quota is the gateway's."""
+def admission_response_headers() -> list[base_pb2.HeaderValueOption]:
+    """OpenAI's x-ratelimit-* headers and wire.QUEUE_MS_HEADER on admitted responses, from
+    the dynamic metadata the admission stage set: no response-phase round trip to Python.
+    A request that no limit applied to has no x-ratelimit-* metadata, the value formats
+    empty, and Envoy then adds nothing (keep_empty_value is false), so a provider's own
+    headers pass through. When the gateway has limits its values replace the provider's:
+    the client's quota is the gateway's."""
+    from_metadata = [*wire.RATELIMIT_HEADERS, (wire.QUEUE_MS_HEADER, wire.META_QUEUE_MS)]
     return [
         base_pb2.HeaderValueOption(
             header=base_pb2.HeaderValue(
@@ -92,7 +94,7 @@ def ratelimit_response_headers() -> list[base_pb2.HeaderValueOption]:
             ),
             append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
         )
-        for header, key in wire.RATELIMIT_HEADERS
+        for header, key in from_metadata
     ]
 
 
