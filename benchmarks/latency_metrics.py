@@ -430,13 +430,8 @@ def _log_record() -> Any:
         wire.RECORD_METADATA: json.dumps(metadata, separators=(",", ":")),
         wire.RECORD_USAGE: json.dumps(usage, separators=(",", ":")),
     }  # fmt: skip
-    return logs_pb2.LogRecord(
-        time_unix_nano=time.time_ns(),
-        attributes=[
-            common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=value))
-            for key, value in attributes.items()
-        ],
-    )
+    body = common_pb2.AnyValue(string_value=wire.record_body(wire.RECORD_LOG_NAME, attributes))
+    return logs_pb2.LogRecord(time_unix_nano=time.time_ns(), body=body)
 
 
 def _decode_cost(rounds: int = 200, batch: int = 100) -> str:

@@ -5,7 +5,7 @@ them, the bootstrap declares the clusters. One place, so they cannot drift.
 """
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 # Set by the ext_proc filter from the request body's "model"; routes match on it.
@@ -96,8 +96,9 @@ REFUSAL_HEADER: Final = "x-sluicegate-refusal"
 # gate, in milliseconds (0: it did not wait), from the record's META_QUEUE_MS.
 QUEUE_MS_HEADER: Final = "x-sluicegate-queue-ms"
 # The request record (docs/metrics.md, "The record"): Envoy's OpenTelemetry access log
-# sends one log record per request to the ext_proc servers' LogsService; its attributes
-# are named by these keys (the translator writes them, sluicegate.records reads them).
+# sends one log record per request to the ext_proc servers' LogsService; its fields are
+# named by these keys (the translator writes them, sluicegate.records reads them), in the
+# order of RECORD_LAYOUT (record_body below).
 RECORD_LOG_NAME: Final = "sluicegate-record"
 RECORD_ROUTE: Final = "route"
 RECORD_PROVIDER: Final = "provider"
@@ -115,6 +116,24 @@ RECORD_LAST_DOWNSTREAM_BYTE_US: Final = "last_downstream_byte_us"  # DS_TX_END
 # each as one JSON object.
 RECORD_METADATA: Final = "metadata"
 RECORD_USAGE: Final = "usage"
+# The record's fields in the order its body carries them. The metadata JSON comes last:
+# it is the only field holding client text (an unrouted model), and a split that stops
+# before it leaves whatever it holds in it.
+RECORD_LAYOUT: Final = (
+    RECORD_ROUTE,
+    RECORD_PROVIDER,
+    RECORD_STATUS,
+    RECORD_FLAGS,
+    RECORD_DETAILS,
+    RECORD_ATTEMPTS,
+    RECORD_CONTENT_TYPE,
+    RECORD_FIRST_UPSTREAM_BYTE_US,
+    RECORD_FIRST_UPSTREAM_BODY_US,
+    RECORD_FIRST_DOWNSTREAM_BYTE_US,
+    RECORD_LAST_DOWNSTREAM_BYTE_US,
+    RECORD_USAGE,
+    RECORD_METADATA,
+)
 # Set on a reserved request whose usage the usage observer charges (a large JSON answer):
 # the value is USAGE_VIA_OBSERVER. The request record charges every other reservation
 # (docs/admission.md, "Reserve, then reconcile").
@@ -219,3 +238,40 @@ LATENCY_LOG_NAME: Final = "sluicegate-latency"
 # provider's first body byte (US_TX_BEG to US_RX_BODY_BEG): the provider's own time to
 # first token, without the gateway's queueing, routing or earlier attempts.
 RECORD_PROVIDER_TTFT_US: Final = "provider_ttft_us"
+# The latency log's fields, in order: what latency-aware routing reads (which route and
+# provider, whether it failed, its time to first token, its duration and, for time per
+# output token, whether it streamed and its output tokens); the rest stays off the wire.
+LATENCY_LAYOUT: Final = (
+    RECORD_ROUTE,
+    RECORD_PROVIDER,
+    RECORD_STATUS,
+    RECORD_FLAGS,
+    RECORD_ATTEMPTS,
+    RECORD_CONTENT_TYPE,
+    RECORD_FIRST_UPSTREAM_BODY_US,
+    RECORD_LAST_DOWNSTREAM_BYTE_US,
+    RECORD_PROVIDER_TTFT_US,
+    RECORD_USAGE,
+)
+_LAYOUTS: Final = {RECORD_LOG_NAME: RECORD_LAYOUT, LATENCY_LOG_NAME: LATENCY_LAYOUT}
+
+
+def record_body(log_name: str, fields: Mapping[str, str]) -> str:
+    """A record log's body (docs/metrics.md, "The record"): the log's name, then each
+    field of its layout, one per line ("-" for one not given). The translator writes it
+    with Envoy's format strings as the fields; Envoy sends it with their values.
+
+    One string, not an attribute per field: Envoy's OpenTelemetry logger costs a few µs
+    per attribute on the worker, before the response's last bytes leave (RESULTS.md)."""
+    return "\n".join((log_name, *(fields.get(key, "-") for key in _LAYOUTS[log_name])))
+
+
+def record_fields(body: str) -> dict[str, str]:
+    """The fields of a record log's body, by key; {} for a body of no known log. No
+    field but the last can hold a newline: the header values, codes, names and numbers
+    Envoy formats cannot, and the JSON it writes escapes them."""
+    log_name, _, rest = body.partition("\n")
+    layout = _LAYOUTS.get(log_name)
+    if layout is None:
+        return {}
+    return dict(zip(layout, rest.split("\n", len(layout) - 1), strict=False))

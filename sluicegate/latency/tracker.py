@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from sluicegate import wire
 from sluicegate.local_replies import split_flags
-from sluicegate.records import RequestRecord, time_per_output_token
+from sluicegate.records import RequestRecord, fields_of, time_per_output_token
 
 from .smoothing import DecayingMean
 
@@ -67,12 +67,9 @@ def observe(record: RequestRecord, provider_ttft_s: float | None = None) -> Obse
 def provider_ttft_of(log_record: Any) -> float | None:
     """wire.RECORD_PROVIDER_TTFT_US of an OpenTelemetry LogRecord of the latency log, in
     seconds (None when absent or not a count: Envoy writes "-" for a missing time point)."""
-    for item in log_record.attributes:
-        if item.key == wire.RECORD_PROVIDER_TTFT_US:
-            value = item.value.string_value
-            if value.isascii() and value.isdigit() and len(value) <= _MAX_DIGITS:
-                return int(value) / 1_000_000
-            return None
+    value = fields_of(log_record).get(wire.RECORD_PROVIDER_TTFT_US, "")
+    if value.isascii() and value.isdigit() and len(value) <= _MAX_DIGITS:
+        return int(value) / 1_000_000
     return None
 
 

@@ -21,7 +21,7 @@ from .metrics import (
     RecordMetrics,
     time_per_output_token,
 )
-from .record import RequestRecord, decode
+from .record import RequestRecord, decode, fields_of
 from .sink import RecordSink, log_records
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "RecordWriter",
     "RequestRecord",
     "decode",
+    "fields_of",
     "log_records",
     "logs_handler",
     "record_line",

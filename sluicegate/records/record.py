@@ -1,8 +1,8 @@
 """RequestRecord: what one request was, decoded from the log record Envoy sent for it.
 
 Envoy's OpenTelemetry access log (xds/translate/record_log.py) sends one log record per
-request, its attributes strings named by wire.RECORD_* (docs/metrics.md, "The record").
-`decode` turns one into a RequestRecord and never raises: a missing attribute, Envoy's
+request, its fields named by wire.RECORD_* in one string (docs/metrics.md, "The record").
+`decode` turns one into a RequestRecord and never raises: a missing field, Envoy's
 "-" for a value it does not have, a number that does not parse or is out of range, and
 metadata that is not a JSON object each leave that field empty ("" or None), so one odd
 entry costs its own fields, never the batch.
@@ -165,15 +165,15 @@ def error_code(meta_code: str, status: int, details: str, flags: str) -> str:
     return local_replies.local_reply_code(status, details, flag_set) or ""
 
 
-def attributes_of(log_record: Any) -> dict[str, str]:
-    """The record's attributes as key -> string (Envoy sends each as a string value)."""
-    return {item.key: item.value.string_value for item in log_record.attributes}
+def fields_of(log_record: Any) -> dict[str, str]:
+    """The record's fields by key, from its body (wire.record_fields)."""
+    return wire.record_fields(log_record.body.string_value)
 
 
 def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> RequestRecord:
     """One OTel LogRecord (opentelemetry.proto.logs.v1) as a RequestRecord; `model_maps`
     is each provider's model_map (client model -> provider model). Never raises."""
-    attrs = attributes_of(log_record)
+    attrs = fields_of(log_record)
     meta = _json_object(attrs.get(wire.RECORD_METADATA))
     usage = _json_object(attrs.get(wire.RECORD_USAGE))
     provider = _text(attrs.get(wire.RECORD_PROVIDER))

@@ -123,12 +123,8 @@ def _log_record(route: str, provider: str, ttft_us: int) -> logs_pb2.LogRecord:
         wire.RECORD_LAST_DOWNSTREAM_BYTE_US: str(ttft_us + 41_000),
         wire.RECORD_PROVIDER_TTFT_US: str(ttft_us),
     }
-    return logs_pb2.LogRecord(
-        attributes=[
-            common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=value))
-            for key, value in attributes.items()
-        ]
-    )
+    body = wire.record_body(wire.LATENCY_LOG_NAME, attributes)
+    return logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value=body))
 
 
 async def test_the_ads_server_takes_the_latency_records(tmp_path: Path) -> None:

@@ -59,10 +59,8 @@ def test_successes_give_the_provider_s_own_time_to_first_token() -> None:
 
 def test_the_provider_s_time_to_first_token_is_read_off_the_log_record() -> None:
     def log_record(value: str) -> logs_pb2.LogRecord:
-        attribute = common_pb2.KeyValue(
-            key=wire.RECORD_PROVIDER_TTFT_US, value=common_pb2.AnyValue(string_value=value)
-        )
-        return logs_pb2.LogRecord(attributes=[attribute])
+        body = wire.record_body(wire.LATENCY_LOG_NAME, {wire.RECORD_PROVIDER_TTFT_US: value})
+        return logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value=body))
 
     assert provider_ttft_of(log_record("250000")) == 0.25
     assert provider_ttft_of(log_record("-")) is None  # Envoy had no such time point

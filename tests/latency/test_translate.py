@@ -15,7 +15,7 @@ from xds.type.v3 import typed_struct_pb2
 
 from sluicegate import wire
 from sluicegate.xds.translate import ENDPOINT, LISTENER, RouteMemo, translate
-from sluicegate.xds.translate.record_log import RECORD_ATTRIBUTES
+from sluicegate.xds.translate.record_log import RECORD_FORMATS
 
 from .helpers import document, gateway
 
@@ -55,18 +55,12 @@ def test_the_latency_log_is_there_only_with_a_latency_route() -> None:
     latency = logs[1]
     assert latency["grpc_service"] == {"envoy_grpc": {"cluster_name": wire.XDS_CLUSTER}}
     assert "routing" in latency["filter"]["extensionFilter"]["typedConfig"]["expression"]
-    # The attributes it shares with the record log are the record log's, written once.
-    shared = dict(RECORD_ATTRIBUTES)
-    attributes = {
-        item["key"]: item["value"]["string_value"] for item in latency["attributes"]["values"]
-    }
-    assert {k: v for k, v in attributes.items() if k in shared} == {
-        k: shared[k] for k in attributes if k in shared
-    }
-    assert wire.RECORD_METADATA not in attributes  # minimal: no metadata JSON
-    assert (
-        attributes[wire.RECORD_PROVIDER_TTFT_US] == "%COMMON_DURATION(US_TX_BEG:US_RX_BODY_BEG:us)%"
-    )
+    # Its fields' format strings are the record log's, written once; minimal: no metadata.
+    fields = wire.record_fields(latency["body"]["string_value"])
+    assert list(fields) == list(wire.LATENCY_LAYOUT)
+    assert fields == {key: RECORD_FORMATS[key] for key in wire.LATENCY_LAYOUT}
+    assert wire.RECORD_METADATA not in fields
+    assert fields[wire.RECORD_PROVIDER_TTFT_US] == "%COMMON_DURATION(US_TX_BEG:US_RX_BODY_BEG:us)%"
 
 
 def test_latency_endpoints_are_tagged_and_carry_the_learned_weights() -> None:

@@ -44,14 +44,12 @@ def gateway(scenarios: list[str] | None = None) -> Gateway:
     return build_model(Config.model_validate(document), {})
 
 
-def log_record(attributes: Mapping[str, str], time_unix_nano: int = 0) -> Any:
-    return logs_pb2.LogRecord(
-        time_unix_nano=time_unix_nano,
-        attributes=[
-            common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=value))
-            for key, value in attributes.items()
-        ],
-    )
+def log_record(
+    fields: Mapping[str, str], time_unix_nano: int = 0, log_name: str = wire.RECORD_LOG_NAME
+) -> Any:
+    """As Envoy sends it: the fields in the record body (a field not given is "-")."""
+    body = common_pb2.AnyValue(string_value=wire.record_body(log_name, fields))
+    return logs_pb2.LogRecord(time_unix_nano=time_unix_nano, body=body)
 
 
 def streamed(**overrides: str) -> dict[str, str]:

@@ -299,3 +299,24 @@ def test_a_request_refused_after_routing_is_its_model_route_s() -> None:
     )
     assert decode(log_record(attributes), {}).route == "chat"
     assert decode(log_record(streamed(**{wire.RECORD_ROUTE: "x"})), {}).route == "x"
+
+
+def test_the_record_body_is_the_log_name_then_one_field_a_line() -> None:
+    fields = streamed()
+    body = wire.record_body(wire.RECORD_LOG_NAME, fields)
+    assert body.split("\n")[0] == wire.RECORD_LOG_NAME
+    assert wire.record_fields(body) == {key: fields.get(key, "-") for key in wire.RECORD_LAYOUT}
+    # The metadata, last, keeps whatever it holds; the fields before it stay in place.
+    odd = {**fields, wire.RECORD_METADATA: '{"model": "a\nb"}'}
+    parsed = wire.record_fields(wire.record_body(wire.RECORD_LOG_NAME, odd))
+    assert parsed[wire.RECORD_METADATA] == '{"model": "a\nb"}'
+    assert parsed[wire.RECORD_STATUS] == fields[wire.RECORD_STATUS]
+    # A body of no known log (another logger, an older layout's name) has no fields;
+    # a short one has its first fields only.
+    assert wire.record_fields("sluicegate-record-v0\n200") == {}
+    assert wire.record_fields("") == {}
+    assert wire.record_fields(f"{wire.RECORD_LOG_NAME}\nchat\nalpha") == {
+        wire.RECORD_ROUTE: "chat",
+        wire.RECORD_PROVIDER: "alpha",
+    }
+    assert decode(log_record({}, log_name=wire.LATENCY_LOG_NAME), MAPS).route == ""

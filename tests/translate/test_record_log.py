@@ -49,10 +49,8 @@ def test_every_listener_records_every_request_with_or_without_admission() -> Non
 
 def test_the_record_carries_the_time_to_first_token_as_the_first_body_byte() -> None:
     (config,) = _record_logs("single_provider")
-    attributes = {
-        item["key"]: item["value"]["string_value"]
-        for item in config["attributes"]["values"]  # type: ignore[index]
-    }
+    attributes = wire.record_fields(config["body"]["string_value"])  # type: ignore[index]
+    assert list(attributes) == list(wire.RECORD_LAYOUT)
     assert attributes[wire.RECORD_FIRST_UPSTREAM_BODY_US] == (
         "%COMMON_DURATION(DS_RX_BEG:US_RX_BODY_BEG:us)%"
     )

@@ -17,8 +17,8 @@ A second logger of the same kind, only on listeners of a config with a `routing:
 route, sends the few attributes latency-aware routing reads to the control plane (the
 xDS cluster, whose gRPC server also serves the LogsService), and only for requests a
 latency route's provider answered: a CEL filter on that host's endpoint metadata
-(wire.META_ROUTING, endpoints.py). Both loggers are built from RECORD_ATTRIBUTES by one
-function, so an attribute's format string is written once (docs/latency-routing.md).
+(wire.META_ROUTING, endpoints.py). Both loggers are built from RECORD_FORMATS by one
+function, so a field's format string is written once (docs/latency-routing.md).
 """
 
 from __future__ import annotations
@@ -53,47 +53,28 @@ def _between_us(start: str, end: str) -> str:
     return f"%COMMON_DURATION({start}:{end}:us)%"
 
 
-# Attribute -> Envoy format string. A value Envoy does not have is formatted as "-".
-RECORD_ATTRIBUTES: Final = (
-    (wire.RECORD_ROUTE, "%ROUTE_NAME%"),
+# Field -> Envoy format string. A value Envoy does not have is formatted as "-".
+RECORD_FORMATS: Final = {
+    wire.RECORD_ROUTE: "%ROUTE_NAME%",
     # The endpoint metadata of the host that answered the last attempt (endpoints.py).
-    (wire.RECORD_PROVIDER, f"%UPSTREAM_METADATA({wire.METADATA_NAMESPACE}:{wire.META_PROVIDER})%"),
-    (wire.RECORD_STATUS, "%RESPONSE_CODE%"),
-    (wire.RECORD_FLAGS, "%RESPONSE_FLAGS%"),
-    (wire.RECORD_DETAILS, "%RESPONSE_CODE_DETAILS%"),
-    (wire.RECORD_ATTEMPTS, "%UPSTREAM_REQUEST_ATTEMPT_COUNT%"),
-    (wire.RECORD_CONTENT_TYPE, "%RESP(CONTENT-TYPE)%"),
-    (wire.RECORD_FIRST_UPSTREAM_BYTE_US, _since_start_us("US_RX_BEG")),
-    (wire.RECORD_FIRST_UPSTREAM_BODY_US, _since_start_us("US_RX_BODY_BEG")),
-    (wire.RECORD_FIRST_DOWNSTREAM_BYTE_US, _since_start_us("DS_TX_BEG")),
-    (wire.RECORD_LAST_DOWNSTREAM_BYTE_US, _since_start_us("DS_TX_END")),
-    (wire.RECORD_METADATA, f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE})%"),
-    (wire.RECORD_USAGE, f"%DYNAMIC_METADATA({wire.USAGE_METADATA_NAMESPACE})%"),
-)
+    wire.RECORD_PROVIDER: f"%UPSTREAM_METADATA({wire.METADATA_NAMESPACE}:{wire.META_PROVIDER})%",
+    wire.RECORD_STATUS: "%RESPONSE_CODE%",
+    wire.RECORD_FLAGS: "%RESPONSE_FLAGS%",
+    wire.RECORD_DETAILS: "%RESPONSE_CODE_DETAILS%",
+    wire.RECORD_ATTEMPTS: "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
+    wire.RECORD_CONTENT_TYPE: "%RESP(CONTENT-TYPE)%",
+    wire.RECORD_FIRST_UPSTREAM_BYTE_US: _since_start_us("US_RX_BEG"),
+    wire.RECORD_FIRST_UPSTREAM_BODY_US: _since_start_us("US_RX_BODY_BEG"),
+    wire.RECORD_FIRST_DOWNSTREAM_BYTE_US: _since_start_us("DS_TX_BEG"),
+    wire.RECORD_LAST_DOWNSTREAM_BYTE_US: _since_start_us("DS_TX_END"),
+    wire.RECORD_METADATA: f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE})%",
+    wire.RECORD_USAGE: f"%DYNAMIC_METADATA({wire.USAGE_METADATA_NAMESPACE})%",
+    # Only in the latency log: the answering provider's own time to first token, so that
+    # neither the gateway's queue nor an earlier attempt on another provider counts
+    # against it.
+    wire.RECORD_PROVIDER_TTFT_US: _between_us("US_TX_BEG", "US_RX_BODY_BEG"),
+}
 
-
-# What latency-aware routing reads of a record (sluicegate.latency: which route and
-# provider, whether it failed, its time to first token, its duration and, for time per
-# output token, whether it streamed and its output tokens); the rest stays off the wire.
-LATENCY_ATTRIBUTES: Final = frozenset(
-    {
-        wire.RECORD_ROUTE,
-        wire.RECORD_PROVIDER,
-        wire.RECORD_STATUS,
-        wire.RECORD_FLAGS,
-        wire.RECORD_ATTEMPTS,
-        wire.RECORD_CONTENT_TYPE,
-        wire.RECORD_FIRST_UPSTREAM_BODY_US,
-        wire.RECORD_LAST_DOWNSTREAM_BYTE_US,
-        wire.RECORD_USAGE,
-    }
-)
-
-# Only in the latency log: the answering provider's own time to first token, so that
-# neither the gateway's queue nor an earlier attempt on another provider counts against it.
-LATENCY_ONLY_ATTRIBUTES: Final = (
-    (wire.RECORD_PROVIDER_TTFT_US, _between_us("US_TX_BEG", "US_RX_BODY_BEG")),
-)
 
 # Requests whose answering host is a `routing: latency` route's provider. A request no
 # host answered has no host metadata: the expression errs, and Envoy logs nothing for it.
@@ -107,16 +88,14 @@ CEL_ACCESS_LOG_FILTER: Final = "envoy.access_loggers.extension_filters.cel"
 def record_access_log() -> accesslog_pb2.AccessLog:
     """Every request's record, over gRPC to the ext_proc servers (the side cluster),
     batched every LOG_FLUSH_MS."""
-    return _otel_access_log(wire.RECORD_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER, RECORD_ATTRIBUTES)
+    return _otel_access_log(wire.RECORD_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER)
 
 
 def latency_access_log() -> accesslog_pb2.AccessLog:
     """The records of requests a `routing: latency` route's provider answered, with only
-    LATENCY_ATTRIBUTES and LATENCY_ONLY_ATTRIBUTES, to the control plane's LogsService over
-    the xDS cluster."""
-    shared = tuple(item for item in RECORD_ATTRIBUTES if item[0] in LATENCY_ATTRIBUTES)
-    attributes = (*shared, *LATENCY_ONLY_ATTRIBUTES)
-    log = _otel_access_log(wire.LATENCY_LOG_NAME, wire.XDS_CLUSTER, attributes)
+    the fields of wire.LATENCY_LAYOUT, to the control plane's LogsService over the xDS
+    cluster."""
+    log = _otel_access_log(wire.LATENCY_LOG_NAME, wire.XDS_CLUSTER)
     log.filter.extension_filter.name = CEL_ACCESS_LOG_FILTER
     log.filter.extension_filter.typed_config.CopyFrom(
         pack(cel_pb2.ExpressionFilter(expression=LATENCY_FILTER_EXPRESSION))
@@ -124,20 +103,16 @@ def latency_access_log() -> accesslog_pb2.AccessLog:
     return log
 
 
-def _otel_access_log(
-    log_name: str, cluster: str, attributes: tuple[tuple[str, str], ...]
-) -> accesslog_pb2.AccessLog:
-    """An OpenTelemetry access logger sending `attributes` (key, Envoy format string) of
-    each request to `cluster`, batched every LOG_FLUSH_MS."""
+def _otel_access_log(log_name: str, cluster: str) -> accesslog_pb2.AccessLog:
+    """An OpenTelemetry access logger sending each request's record body of `log_name`
+    (wire.record_body, with RECORD_FORMATS) to `cluster`, batched every LOG_FLUSH_MS."""
     config = {
         "log_name": log_name,
         "grpc_service": {"envoy_grpc": {"cluster_name": cluster}},
         "buffer_flush_interval": f"{LOG_FLUSH_MS / 1000:.3f}s",
         # The node, zone and cluster labels on every export: nobody reads them.
         "disable_builtin_labels": True,
-        "attributes": {
-            "values": [{"key": key, "value": {"string_value": fmt}} for key, fmt in attributes]
-        },
+        "body": {"string_value": wire.record_body(log_name, RECORD_FORMATS)},
     }
     typed = typed_struct_pb2.TypedStruct(type_url=OTEL_CONFIG_TYPE_URL, value=struct(config))
     return accesslog_pb2.AccessLog(name=OTEL_ACCESS_LOG, typed_config=pack(typed))
