@@ -112,6 +112,10 @@ RECORD_FIRST_UPSTREAM_BYTE_US: Final = "first_upstream_byte_us"  # US_RX_BEG: he
 RECORD_FIRST_UPSTREAM_BODY_US: Final = "first_upstream_body_us"  # US_RX_BODY_BEG: TTFT
 RECORD_FIRST_DOWNSTREAM_BYTE_US: Final = "first_downstream_byte_us"  # DS_TX_BEG
 RECORD_LAST_DOWNSTREAM_BYTE_US: Final = "last_downstream_byte_us"  # DS_TX_END
+# Microseconds from the answering attempt's request going out to the provider's first
+# body byte (US_TX_BEG to US_RX_BODY_BEG): the provider's own time to first token, without
+# the gateway's routing, queueing or earlier attempts.
+RECORD_PROVIDER_TTFT_US: Final = "provider_ttft_us"
 # The request's dynamic metadata, namespace METADATA_NAMESPACE and USAGE_METADATA_NAMESPACE,
 # each as one JSON object.
 RECORD_METADATA: Final = "metadata"
@@ -131,6 +135,7 @@ RECORD_LAYOUT: Final = (
     RECORD_FIRST_UPSTREAM_BODY_US,
     RECORD_FIRST_DOWNSTREAM_BYTE_US,
     RECORD_LAST_DOWNSTREAM_BYTE_US,
+    RECORD_PROVIDER_TTFT_US,
     RECORD_USAGE,
     RECORD_METADATA,
 )
@@ -234,10 +239,6 @@ def model_body(model: str) -> bytes:
 META_ROUTING: Final = "routing"
 ROUTING_LATENCY: Final = "latency"
 LATENCY_LOG_NAME: Final = "sluicegate-latency"
-# Only in that log: microseconds from the answering attempt's request going out to the
-# provider's first body byte (US_TX_BEG to US_RX_BODY_BEG): the provider's own time to
-# first token, without the gateway's queueing, routing or earlier attempts.
-RECORD_PROVIDER_TTFT_US: Final = "provider_ttft_us"
 # The latency log's fields, in order: what latency-aware routing reads (which route and
 # provider, whether it failed, its time to first token, its duration and, for time per
 # output token, whether it streamed and its output tokens); the rest stays off the wire.

@@ -19,7 +19,6 @@ from .tracker import (
     ProviderTracker,
     Smoothed,
     observe,
-    provider_ttft_of,
 )
 from .weighing import Weighing, distance, factors, floored, score_bounds, step, target_shares
 
@@ -38,7 +37,6 @@ __all__ = [
     "factors",
     "floored",
     "observe",
-    "provider_ttft_of",
     "score_bounds",
     "step",
     "target_shares",

@@ -25,7 +25,7 @@ from typing import Any, Final
 from sluicegate.model import Gateway, Route
 from sluicegate.records import RequestRecord, decode
 
-from .tracker import ProviderTracker, Smoothed, observe, provider_ttft_of
+from .tracker import ProviderTracker, Smoothed, observe
 from .weighing import Shares, Weighing, distance, same, step, target_shares
 
 # Envoy weights of a level whose shares are not the configured ones: shares in 1/10,000.
@@ -171,16 +171,16 @@ class LatencyRouter:
         counted = 0
         for log_record in batch:
             record = decode(log_record, _NO_MODEL_MAPS)
-            counted += self.observe(record, provider_ttft_of(log_record))
+            counted += self.observe(record)
         return counted
 
-    def observe(self, record: RequestRecord, provider_ttft_s: float | None = None) -> bool:
+    def observe(self, record: RequestRecord) -> bool:
         """Count one record, if it is of a latency route's provider and says something."""
         state = self._routes.get(record.route)
         if state is None:
             return False
         tracker = state.trackers.get(record.provider)
-        observation = observe(record, provider_ttft_s) if tracker is not None else None
+        observation = observe(record) if tracker is not None else None
         if tracker is None or observation is None:
             return False
         tracker.add(observation, self._clock())

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
-from sluicegate import wire
 from sluicegate.local_replies import split_flags
-from sluicegate.records import RequestRecord, fields_of, time_per_output_token
+from sluicegate.records import RequestRecord, time_per_output_token
 
 from .smoothing import DecayingMean
 
@@ -33,8 +32,6 @@ UPSTREAM_FAILURE_FLAGS: Final = frozenset(
     {"UF", "UT", "UC", "UR", "URX", "UPE", "UO", "UMSDR", "SI"}
 )
 _CLIENT_LEFT: Final = "DC"
-# Microsecond counts beyond this are not a request's (about 31 years).
-_MAX_DIGITS: Final = 15
 _RATE_LIMITED: Final = 429
 
 
@@ -48,9 +45,9 @@ class Observation:
 FAILED: Final = Observation(failed=True)
 
 
-def observe(record: RequestRecord, provider_ttft_s: float | None = None) -> Observation | None:
-    """What `record` says about its provider, or None when it says nothing;
-    `provider_ttft_s` is its provider's own time to first token (provider_ttft_of)."""
+def observe(record: RequestRecord) -> Observation | None:
+    """What `record` says about its provider, or None when it says nothing. Its time to
+    first token is the provider's own (record.provider_ttft_s), when Envoy had it."""
     flags = split_flags(record.flags)
     if _CLIENT_LEFT in flags:
         return None
@@ -58,19 +55,10 @@ def observe(record: RequestRecord, provider_ttft_s: float | None = None) -> Obse
         return FAILED
     if not 200 <= record.status < 300:
         return None
-    ttft = provider_ttft_s
+    ttft = record.provider_ttft_s
     if ttft is None and record.attempts <= 1:
         ttft = record.ttft_s if record.ttft_s is not None else record.duration_s
     return Observation(failed=False, ttft_s=ttft, tpot_s=time_per_output_token(record))
-
-
-def provider_ttft_of(log_record: Any) -> float | None:
-    """wire.RECORD_PROVIDER_TTFT_US of an OpenTelemetry LogRecord of the latency log, in
-    seconds (None when absent or not a count: Envoy writes "-" for a missing time point)."""
-    value = fields_of(log_record).get(wire.RECORD_PROVIDER_TTFT_US, "")
-    if value.isascii() and value.isdigit() and len(value) <= _MAX_DIGITS:
-        return int(value) / 1_000_000
-    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,15 @@ class RecordMetrics:
             buckets=TTFT_BUCKETS,
             registry=r,
         )
+        self.provider_ttft = Histogram(
+            "sluicegate_provider_time_to_first_token_seconds",
+            "Successful streams: the answering attempt sent to the provider's first body "
+            "byte (the provider's own TTFT, without the gateway's routing, queue and "
+            "earlier attempts)",
+            LABELS,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
         self.tpot = Histogram(
             "gen_ai_server_time_per_output_token_seconds",
             "Successful streams with usage: (duration - TTFT) / (output tokens - 1)",
@@ -119,8 +128,11 @@ class RecordMetrics:
         series.counter("requests", klass, record.error_code).inc()
         if record.duration_s is not None:
             series.histogram("duration", klass).observe(record.duration_s)
-        if record.stream and klass == "2xx" and record.ttft_s is not None:
-            series.histogram("ttft").observe(record.ttft_s)
+        if record.stream and klass == "2xx":
+            if record.ttft_s is not None:
+                series.histogram("ttft").observe(record.ttft_s)
+            if record.provider_ttft_s is not None:
+                series.histogram("provider_ttft").observe(record.provider_ttft_s)
         tpot = time_per_output_token(record)
         if tpot is not None:
             series.histogram("tpot").observe(tpot)

@@ -67,6 +67,9 @@ class RequestRecord:
     estimate_input: int = 0
     estimate_output: int = 0
     usage_by_observer: bool = False  # the usage observer charges it (a large JSON answer)
+    # The answering attempt's request sent (US_TX_BEG) to the provider's first body byte:
+    # the provider's own time to first token (not counted from the request's first byte).
+    provider_ttft_s: float | None = None
 
 
 def _text(value: str | None) -> str:
@@ -215,4 +218,5 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
         estimate_input=_count(_meta_text(meta, wire.META_ESTIMATE_INPUT)) or 0,
         estimate_output=_count(_meta_text(meta, wire.META_ESTIMATE_OUTPUT)) or 0,
         usage_by_observer=meta.get(wire.META_USAGE_VIA) == wire.USAGE_VIA_OBSERVER,
+        provider_ttft_s=_seconds_from_us(attrs.get(wire.RECORD_PROVIDER_TTFT_US)),
     )

@@ -51,6 +51,7 @@ def record(
     attempts: int = 1,
     stream: bool = False,
     output_tokens: int | None = None,
+    provider_ttft_s: float | None = None,
 ) -> RequestRecord:
     return RequestRecord(
         route=route,
@@ -76,6 +77,7 @@ def record(
         input_tokens=None,
         output_tokens=output_tokens,
         start_unix_ns=0,
+        provider_ttft_s=provider_ttft_s,
     )
 
 

@@ -8,13 +8,8 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
 
 from sluicegate import wire
-from sluicegate.latency import (
-    DecayingMean,
-    Observation,
-    ProviderTracker,
-    observe,
-    provider_ttft_of,
-)
+from sluicegate.latency import DecayingMean, Observation, ProviderTracker, observe
+from sluicegate.records import decode
 
 from .helpers import record
 
@@ -49,7 +44,9 @@ def test_successes_give_the_provider_s_own_time_to_first_token() -> None:
     """From the answering attempt going out to the first body byte: a queue at the gate
     or an earlier attempt on another provider is not this provider's time."""
     queued = record("a", ttft_s=1.3, duration_s=1.9, attempts=2)
-    assert observe(queued, provider_ttft_s=0.3) == Observation(False, 0.3)
+    assert observe(record("a", ttft_s=1.3, attempts=2, provider_ttft_s=0.3)) == Observation(
+        False, 0.3
+    )
     # Without it, the record's own TTFT, unless an earlier attempt is in it.
     assert observe(record("a", ttft_s=0.3, duration_s=0.9)) == Observation(False, 0.3)
     assert observe(queued) == Observation(False, None)
@@ -62,10 +59,13 @@ def test_the_provider_s_time_to_first_token_is_read_off_the_log_record() -> None
         body = wire.record_body(wire.LATENCY_LOG_NAME, {wire.RECORD_PROVIDER_TTFT_US: value})
         return logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value=body))
 
-    assert provider_ttft_of(log_record("250000")) == 0.25
-    assert provider_ttft_of(log_record("-")) is None  # Envoy had no such time point
-    assert provider_ttft_of(log_record("1" * 16)) is None
-    assert provider_ttft_of(logs_pb2.LogRecord()) is None
+    def provider_ttft(log: logs_pb2.LogRecord) -> float | None:
+        return decode(log, {}).provider_ttft_s
+
+    assert provider_ttft(log_record("250000")) == 0.25
+    assert provider_ttft(log_record("-")) is None  # Envoy had no such time point
+    assert provider_ttft(log_record("1" * 16)) is None
+    assert provider_ttft(logs_pb2.LogRecord()) is None
 
 
 def test_streams_give_their_time_per_output_token() -> None:

@@ -66,6 +66,7 @@ def streamed(**overrides: str) -> dict[str, str]:
         wire.RECORD_FIRST_UPSTREAM_BODY_US: "300000",
         wire.RECORD_FIRST_DOWNSTREAM_BYTE_US: "1600",
         wire.RECORD_LAST_DOWNSTREAM_BYTE_US: "680000",
+        wire.RECORD_PROVIDER_TTFT_US: "295000",
         wire.RECORD_METADATA: json.dumps(
             {
                 wire.META_TENANT: "acme",

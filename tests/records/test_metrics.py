@@ -87,6 +87,10 @@ def test_a_batch_counts_every_metric_once_per_record() -> None:
     assert sample("gen_ai_server_time_to_first_token_seconds_count", LABELS) == 2
     assert sample("gen_ai_server_time_to_first_token_seconds_bucket", {**LABELS, "le": "0.25"}) == 0
     assert sample("gen_ai_server_time_to_first_token_seconds_bucket", {**LABELS, "le": "0.5"}) == 2
+    # The provider's own TTFT, beside the one the client waited.
+    provider_ttft = "sluicegate_provider_time_to_first_token_seconds"
+    assert sample(f"{provider_ttft}_count", LABELS) == 2
+    assert sample(f"{provider_ttft}_sum", LABELS) == pytest.approx(0.59)
     assert sample("gen_ai_server_time_per_output_token_seconds_count", LABELS) == 2
     assert sample("gen_ai_client_token_usage_total", {**LABELS, "token_type": "input"}) == 14
     assert sample("gen_ai_client_token_usage_total", {**LABELS, "token_type": "output"}) == 40

@@ -50,6 +50,7 @@ def test_a_stream_decodes_every_field() -> None:
     assert record.ttft_s == 0.3
     assert record.first_downstream_byte_s == 0.0016
     assert record.duration_s == 0.68
+    assert record.provider_ttft_s == 0.295  # the attempt out to the first body byte
     assert (record.input_tokens, record.output_tokens) == (7, 20)
     assert record.start_unix_ns == 1_700_000_000_000_000_000
 

@@ -69,9 +69,8 @@ RECORD_FORMATS: Final = {
     wire.RECORD_LAST_DOWNSTREAM_BYTE_US: _since_start_us("DS_TX_END"),
     wire.RECORD_METADATA: f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE})%",
     wire.RECORD_USAGE: f"%DYNAMIC_METADATA({wire.USAGE_METADATA_NAMESPACE})%",
-    # Only in the latency log: the answering provider's own time to first token, so that
-    # neither the gateway's queue nor an earlier attempt on another provider counts
-    # against it.
+    # The answering provider's own time to first token: neither the gateway's queue nor
+    # an earlier attempt on another provider counts in it.
     wire.RECORD_PROVIDER_TTFT_US: _between_us("US_TX_BEG", "US_RX_BODY_BEG"),
 }
 
