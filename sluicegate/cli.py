@@ -1,5 +1,5 @@
 """The `sluicegate` command: up | control-plane | ext-proc | validate | bootstrap |
-mock-provider | status | drain | hash-key."""
+mock-provider | status | drain | hash-key | bench."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -183,10 +183,16 @@ def _cmd_hash_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from sluicegate import bench
+
+    return bench.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sluicegate.provider import add_mock_provider_arguments
 
-    parser = argparse.ArgumentParser(prog="sluicegate", description=__doc__)
+    parser = _QuietParser(prog="sluicegate", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -294,11 +300,46 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--address", default="127.0.0.1:9100", help="sluicegate HTTP HOST:PORT")
     status.add_argument("--json", action="store_true", help="print up's /status document as JSON")
     status.set_defaults(func=_cmd_status)
+
+    from sluicegate import bench
+
+    load = sub.add_parser(
+        "bench", help="load-test an OpenAI-compatible endpoint; `bench compare A.json B.json`"
+    )
+    bench.add_arguments(load)
+    load.set_defaults(func=_cmd_bench)
     return parser
 
 
+class _QuietParser(argparse.ArgumentParser):
+    """An ArgumentParser (its subcommands' too) whose errors never quote a value given on
+    the command line: after a mistyped flag the value may be a key (`--api-kye sk-…`),
+    and argparse would print it ("invalid choice: 'sk-…'")."""
+
+    given: tuple[str, ...] = ()
+
+    def error(self, message: str) -> NoReturn:
+        for token in self.given:
+            value = token.split("=", 1)[1] if token.startswith("-") and "=" in token else token
+            if value and not value.startswith("-"):
+                message = message.replace(repr(value), "'…'").replace(f"'{value}'", "'…'")
+        super().error(message)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """argparse's parse_args, except that arguments it does not know are named by their
+    flags alone and no error quotes a value (_QuietParser)."""
+    _QuietParser.given = tuple(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        flags = [token.split("=", 1)[0] for token in unknown if token.startswith("-")]
+        shown = " ".join(flags) if flags else f"{len(unknown)} value(s), not shown"
+        parser.error(f"unrecognized arguments: {shown}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sluicegate.cli import main
 from sluicegate.envoy import find_envoy_binary
 from sluicegate.testing import quickstart_on_free_ports
 
@@ -179,3 +180,21 @@ def test_up_keeps_its_temporary_work_dir_when_envoy_cannot_start(tmp_path: Path)
     assert doc["sluicegate"]["envoy_admin"] in output
     assert (folder / "mock-alpha.log").exists(), sorted(p.name for p in folder.iterdir())
     assert f"logs kept in {folder}" in output
+
+
+def test_a_mistyped_flag_is_named_without_its_value(capsys: pytest.CaptureFixture[str]) -> None:
+    """A key given after a mistyped flag must not be echoed in the usage error."""
+    secret = "sk-mistyped-0123456789"
+    for argv in (
+        ["bench", "--url", "http://127.0.0.1:1", "--api-kye", secret],
+        ["bench", "--url", "http://127.0.0.1:1", f"--api-kye={secret}"],
+        ["bench", "--url", "http://127.0.0.1:1", "--api-kye", secret, "--concurrency", "1"],
+        ["status", "--adress", secret],
+        ["--no-such-flag", secret],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "error:" in err
+        assert secret not in err

@@ -1,0 +1,39 @@
+"""The sluicegate documents the peers share: `envoy` runs the translation of the
+routing-only one without ext_proc, `sluicegate-routing` serves it, and
+`sluicegate-admission` serves it with a tenant and a gate. One provider (the upstream),
+one route serving the upstream's model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.harness.stack import addresses, unlimited_tenant
+
+from .peer import Upstream
+
+PROVIDER = "upstream"
+ROUTE = "bench"
+# Far above any load here: what is measured is the gate's cost, never a wait.
+GATE = {"max_requests": 100_000, "max_tokens": 10**10}
+
+
+def routing_doc(upstream: Upstream, listen_port: int) -> dict[str, Any]:
+    """One listener on 127.0.0.1:`listen_port`, the upstream, one route; no tenants."""
+    return {
+        "version": 1,
+        "sluicegate": addresses(),
+        "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen_port}],
+        "providers": [{"name": PROVIDER, "base_url": upstream.api_base}],
+        "routes": [
+            {"name": ROUTE, "models": [upstream.model], "backends": [{"provider": PROVIDER}]}
+        ],
+    }
+
+
+def admission_doc(upstream: Upstream, listen_port: int, key: str) -> dict[str, Any]:
+    """routing_doc with the route's gate (GATE) and one tenant `bench` whose one key is
+    `key`, with limits that never refuse (10^9 requests and 10^12 tokens a minute)."""
+    doc = routing_doc(upstream, listen_port)
+    doc["routes"][0]["concurrency"] = dict(GATE)
+    doc["tenants"] = [unlimited_tenant(key)]
+    return doc

@@ -1,0 +1,82 @@
+"""`sluicegate-routing` and `sluicegate-admission`: the real stack (`sluicegate up`:
+control plane, one ext_proc server, Envoy with one worker unless told) serving the
+documents of `documents.py`. What each does per request: ROUTING and ADMISSION."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import itertools
+import secrets
+from pathlib import Path
+from typing import Final
+
+from benchmarks.harness.stack import UpStack
+from sluicegate.testing import free_ports
+
+from .documents import admission_doc, routing_doc
+from .peer import RunningPeer, Upstream
+from .plain_envoy import envoy_version
+from .processes import tree, wait_idle
+
+ROUTING: Final = (
+    "Envoy buffers the body and sends it to the ext_proc routing stage (one gRPC stream "
+    "per request), which routes the model and says who reads the usage; no key is checked, "
+    "nothing is reserved or charged; Envoy sends each request's record (an access log "
+    "batched every 100 ms) to the ext_proc server"
+)
+ADMISSION: Final = (
+    "as routing, plus: the client key (random per run, `Authorization: Bearer`) is checked "
+    "against the one tenant's key hash and removed; the estimate (prompt estimate + "
+    "max_tokens, else 1,024) is reserved on the tenant's requests and tokens limits "
+    "(10^9 requests and 10^12 tokens a minute: never refusing) in the memory store; the "
+    "route's priority gate (100,000 requests and 10^10 tokens in flight; the tenant's "
+    "class `standard` may use 75 %) holds a slot until the response ends; Envoy reads "
+    "the usage (a JSON answer's `usage`; a stream's usage event, asked for in the body "
+    "when the client did not, and cut out again), and the record charges it in place of "
+    "the reservation"
+)
+
+
+class SluicegateStack:
+    def __init__(self, work: Path, *, admission: bool, envoy_concurrency: int = 1) -> None:
+        self.name = "sluicegate-admission" if admission else "sluicegate-routing"
+        self.does = ADMISSION if admission else ROUTING
+        self.admission = admission
+        self.work = work
+        self.envoy_concurrency = envoy_concurrency
+        self._runs = itertools.count(1)
+
+    def install(self) -> None:
+        pass  # the project's own venv
+
+    def version(self) -> str:
+        return (
+            f"sluicegate {importlib.metadata.version('sluicegate')}, {envoy_version()} "
+            f"--concurrency {self.envoy_concurrency}, 1 ext_proc process"
+        )
+
+    def start(self, upstream: Upstream) -> RunningPeer:
+        (port,) = free_ports(1)
+        headers: dict[str, str] = {}
+        if self.admission:
+            key = "sk-bench-" + secrets.token_hex(24)  # only its hash is written down
+            doc = admission_doc(upstream, port, key)
+            headers["authorization"] = f"Bearer {key}"
+        else:
+            doc = routing_doc(upstream, port)
+        # `UpStack` passes --envoy-concurrency 1 first; a later one wins.
+        extra = ["--envoy-concurrency", str(self.envoy_concurrency)]
+        stack = UpStack(self.work / f"{self.name}-{next(self._runs)}", doc, extra=extra)
+        try:
+            stack.wait_serving(upstream.model, headers)
+            wait_idle(lambda: tree(stack.process.pid))
+        except BaseException:
+            stack.stop()
+            raise
+
+        def stop() -> None:
+            stack.stop()
+
+        return RunningPeer(
+            self.name, stack.url, upstream.model, lambda: tree(stack.process.pid), stop, headers
+        )
