@@ -158,14 +158,14 @@ async def first_model(endpoint: Endpoint, spec: BenchSpec) -> str:
 
 
 def _model_ids(body: bytes) -> Sequence[str]:
-    with contextlib.suppress(ValueError, AttributeError, TypeError):
+    with contextlib.suppress(ValueError, LookupError, AttributeError, TypeError):
         data = json.loads(body).get("data")
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
     return []
 
 
 def _code(body: bytes) -> str | None:
-    with contextlib.suppress(ValueError, AttributeError, TypeError):
+    with contextlib.suppress(ValueError, LookupError, AttributeError, TypeError):
         code = json.loads(body)["error"]["code"]
         return str(code) if code is not None else None
     return None

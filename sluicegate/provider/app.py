@@ -73,6 +73,7 @@ async def _list_models(request: web.Request) -> web.StreamResponse:
 
 
 async def _serve_api(request: web.Request, kind: Kind) -> web.StreamResponse:
+    arrived = asyncio.get_running_loop().time()
     state = request.app[STATE_KEY]
     settings = state.settings  # one consistent view even if /mock/config changes mid-request
     body: Any = None
@@ -94,7 +95,7 @@ async def _serve_api(request: web.Request, kind: Kind) -> web.StreamResponse:
     request[_RECORD_KEY] = record
     state.stats.request_started(record)
     try:
-        return await _answer(request, state, settings, kind, body, body_error, record)
+        return await _answer(request, state, settings, kind, body, body_error, record, arrived)
     finally:
         state.stats.request_finished()
 
@@ -107,6 +108,7 @@ async def _answer(
     body: Any,
     body_error: str | None,
     record: RequestRecord,
+    arrived: float,
 ) -> web.StreamResponse:
     started = time.monotonic()
     if settings.api_key is not None and not _authorized(request, settings.api_key):
@@ -146,6 +148,7 @@ async def _answer(
         itl_ms=settings.itl_ms if overrides.itl_ms is None else overrides.itl_ms,
         jitter_ms=settings.jitter_ms,
         rng=state.jitter_rng,
+        start=arrived,
     )
     if plan.stream:
         return await responses.stream(request, settings, kind, plan, pacer, started)

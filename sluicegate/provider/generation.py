@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
+from typing import Any, Final
 
 
 def token_text(index: int) -> str:
@@ -48,18 +48,31 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+# The event loop's timers fire on whole milliseconds (libuv's, under uvloop), up to 1 ms
+# after the time asked: waking half of that early centres a token on its deadline.
+_TIMER_SLACK_S: Final = 0.0005
+
+
 class Pacer:
     """Sleeps until each token is due: first after TTFT, then every ITL (± jitter).
 
     Deadlines are absolute (start + accumulated delays), so time spent writing a chunk does
     not push every later token back and the stream's E2E stays what was configured.
+    `start` (the loop's time) is when the request arrived: the TTFT counts from there, not
+    from after the mock read and parsed the body.
     """
 
     def __init__(
-        self, *, ttft_ms: float, itl_ms: float, jitter_ms: float, rng: random.Random
+        self,
+        *,
+        ttft_ms: float,
+        itl_ms: float,
+        jitter_ms: float,
+        rng: random.Random,
+        start: float | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
-        self._deadline = self._loop.time()
+        self._deadline = self._loop.time() if start is None else start
         self._ttft = ttft_ms / 1000
         self._itl = itl_ms / 1000
         self._jitter = jitter_ms / 1000
@@ -74,7 +87,7 @@ class Pacer:
     async def next_token(self) -> None:
         self._deadline += self._delay(self._ttft if self._tokens == 0 else self._itl)
         self._tokens += 1
-        wait = self._deadline - self._loop.time()
+        wait = self._deadline - self._loop.time() - _TIMER_SLACK_S
         if wait > 0:
             await asyncio.sleep(wait)
 
@@ -83,6 +96,6 @@ class Pacer:
         for _ in range(tokens):
             self._deadline += self._delay(self._ttft if self._tokens == 0 else self._itl)
             self._tokens += 1
-        wait = self._deadline - self._loop.time()
+        wait = self._deadline - self._loop.time() - _TIMER_SLACK_S
         if wait > 0:
             await asyncio.sleep(wait)
