@@ -93,6 +93,8 @@ COST_STREAM_TOKENS: Final = 50
 PACED: Final = {"x-mock-ttft-ms": "50", "x-mock-itl-ms": "10",
                 "x-mock-output-tokens": str(COST_STREAM_TOKENS)}  # fmt: skip
 INSTANT: Final = {"x-mock-ttft-ms": "0", "x-mock-itl-ms": "0", "x-mock-output-tokens": "16"}
+# --cost: the streams at concurrency 1, one after another: short, so a round stays short.
+QUICK_STREAM: Final = {"x-mock-ttft-ms": "0", "x-mock-itl-ms": "1", "x-mock-output-tokens": "16"}
 STREAM_CLIENTS: Final = 8
 
 
@@ -271,6 +273,33 @@ async def _sequential_in_turn(
     return latencies
 
 
+async def _streams_in_turn(
+    session: aiohttp.ClientSession, urls: dict[str, str], turns: int
+) -> dict[str, list[tuple[float, float]]]:
+    """(TTFT, E2E) in seconds of streams one at a time, the gateways in turn as in
+    _sequential_in_turn; clients that do not ask for usage (the SDKs' default), so "on"
+    asks for it and cuts it out. TTFT: to the first event with content."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 16, "stream": True}).encode()  # fmt: skip
+    headers = {"content-type": "application/json", **QUICK_STREAM}
+    found: dict[str, list[tuple[float, float]]] = {name: [] for name in urls}
+    names = list(urls)
+    for index in range(turns):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            started = time.perf_counter()
+            first = None
+            async with session.post(urls[name], data=body, headers=headers) as response:
+                if response.status != 200:
+                    raise RuntimeError(f"{urls[name]}: HTTP {response.status}")
+                async for line in response.content:
+                    if first is None and line.startswith(b"data:") and b'"content"' in line:
+                        first = time.perf_counter()
+            if first is None:
+                raise RuntimeError(f"{urls[name]}: a stream without content")
+            found[name].append((first - started, time.perf_counter() - started))
+    return found
+
+
 async def _tpots(session: aiohttp.ClientSession, url: str, per_client: int) -> list[float]:
     """Each stream's (last token - first token) / (tokens - 1), as its client sees it."""
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
@@ -295,13 +324,19 @@ async def _tpots(session: aiohttp.ClientSession, url: str, per_client: int) -> l
     return found
 
 
+Figures = dict[str, dict[str, list[float]]]  # figure -> gateway -> one value per round
+
+
 async def _measure_cost(
     urls: dict[str, str], rounds: int, sequential: int, per_client: int
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Per round and gateway: p50 latency at concurrency 1 (the gateways in turn) and TPOT
-    p50 (every gateway's streams at the same time)."""
-    p50s: dict[str, list[float]] = {name: [] for name in urls}
-    tpots: dict[str, list[float]] = {name: [] for name in urls}
+) -> Figures:
+    """Per round and gateway: p50 latency at concurrency 1 (the gateways in turn), p50
+    TTFT and E2E of streams at concurrency 1 (in turn too) and TPOT p50 (every gateway's
+    streams at the same time)."""
+    figures: Figures = {
+        figure: {name: [] for name in urls} for figure in ("p50", "ttft", "e2e", "tpot")
+    }
+    p50s, tpots = figures["p50"], figures["tpot"]
     connector = aiohttp.TCPConnector(limit=len(urls) * STREAM_CLIENTS)
     async with aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=60)
@@ -310,11 +345,14 @@ async def _measure_cost(
         await asyncio.gather(*(_tpots(session, url, 1) for url in urls.values()))
         for index in range(rounds):
             latencies = await _sequential_in_turn(session, urls, sequential)
+            streamed = await _streams_in_turn(session, urls, sequential // 2)
             streams = await asyncio.gather(
                 *(_tpots(session, url, per_client) for url in urls.values())
             )
             for name, found in zip(urls, streams, strict=True):
                 p50s[name].append(percentile(latencies[name], 50))
+                figures["ttft"][name].append(percentile([t for t, _ in streamed[name]], 50))
+                figures["e2e"][name].append(percentile([e for _, e in streamed[name]], 50))
                 tpots[name].append(percentile(found, 50))
             print(
                 f"round {index + 1}: "
@@ -325,7 +363,7 @@ async def _measure_cost(
                 ),
                 flush=True,
             )
-    return p50s, tpots
+    return figures
 
 
 # --cost's gateways: the filters removed from the listener (None: every usage reader, as
@@ -369,44 +407,63 @@ def _cost(rounds: int, sequential: int, per_client: int, split: bool) -> str:
                 wait_listening(port, 30.0)
             urls = {name: f"http://127.0.0.1:{port}/v1/chat/completions"
                     for name, port in port_of.items()}  # fmt: skip
-            p50s, tpots = asyncio.run(_measure_cost(urls, rounds, sequential, per_client))
+            figures = asyncio.run(_measure_cost(urls, rounds, sequential, per_client))
         finally:
             for envoy in envoys:
                 envoy.stop_blocking()
             mock.stop()
 
-    def added(name: str) -> list[float]:
-        return [a - b for a, b in zip(p50s[name], p50s["off"], strict=True)]
+    def added(figure: str, name: str = "on") -> list[float]:
+        values = figures[figure]
+        return [a - b for a, b in zip(values[name], values["off"], strict=True)]
 
-    def ratios(name: str) -> list[float]:
+    def ratios(name: str = "on") -> list[float]:
+        tpots = figures["tpot"]
         return [a / b for a, b in zip(tpots[name], tpots["off"], strict=True)]
 
+    def ms(values: list[float]) -> str:
+        return f"{median(values) * 1e3:.3f}"
+
+    def plus_ms(values: list[float]) -> str:
+        return f"{median(values) * 1e3:+.3f}"
+
     lines = [
-        f"{rounds} rounds; per round and gateway {sequential} non-streamed requests at "
-        "concurrency 1 (the gateways in turn request by request, the order rotating), then "
-        f"{STREAM_CLIENTS} x {per_client} streams ({COST_STREAM_TOKENS} tokens, ITL 10 ms) "
-        "through each, every gateway at the same time",
+        f"{rounds} rounds; per round and gateway {sequential} non-streamed requests and "
+        f"{sequential // 2} short streams (16 tokens, 1 ms apart; the client not asking for "
+        "usage) at concurrency 1, the gateways in turn request by request (the order "
+        f"rotating), then {STREAM_CLIENTS} x {per_client} streams ({COST_STREAM_TOKENS} "
+        "tokens, ITL 10 ms) through each, every gateway at the same time",
         "",
-        "| gateway | p50 ms (c=1) | added p50 ms vs off | TPOT p50 ms | TPOT x off |",
-        "|---|---:|---:|---:|---:|",
+        "| gateway | JSON p50 ms (c=1) | added | stream TTFT p50 ms (c=1) | added | "
+        "stream E2E p50 ms (c=1) | added | TPOT p50 ms | TPOT x off |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in arms:
         lines.append(
-            f"| metrics {name} | {median(p50s[name]) * 1e3:.3f} | "
-            f"{median(added(name)) * 1e3:+.3f} | {median(tpots[name]) * 1e3:.3f} | "
-            f"{median(ratios(name)):.4f}x |"
+            f"| metrics {name} | {ms(figures['p50'][name])} | {plus_ms(added('p50', name))} | "
+            f"{ms(figures['ttft'][name])} | {plus_ms(added('ttft', name))} | "
+            f"{ms(figures['e2e'][name])} | {plus_ms(added('e2e', name))} | "
+            f"{ms(figures['tpot'][name])} | {median(ratios(name)):.4f}x |"
         )
-    added_p50, tpot_ratio = median(added("on")), median(ratios("on"))
+
+    def aim(values: list[float]) -> str:
+        met = abs(median(values)) <= ADDED_P50_AIM_S
+        per_round = ", ".join(f"{a * 1e3:+.3f}" for a in values)
+        verdict = "met" if met else "missed"
+        return f"{plus_ms(values)} ms (aim within 0.1 ms: {verdict}; per round {per_round} ms)"
+
+    tpot_ratio = median(ratios())
     lines += [
         "",
         "Medians of the rounds (the differences and ratios per round, then their median).",
         "",
-        f"- added p50 at concurrency 1 (on - off): {added_p50 * 1e3:+.3f} ms (aim within "
-        f"0.1 ms: {'met' if abs(added_p50) <= ADDED_P50_AIM_S else 'missed'}; per round "
-        f"{', '.join(f'{a * 1e3:+.3f}' for a in added('on'))} ms)",
+        f"- added p50 at concurrency 1, a stream's first token (on - off): "
+        f"{aim(added('ttft'))}",
+        f"- added p50 at concurrency 1, a stream's last byte (on - off): {aim(added('e2e'))}",
+        f"- added p50 at concurrency 1, a JSON answer (on - off): {aim(added('p50'))}",
         f"- streamed TPOT p50, on / off: {tpot_ratio:.4f}x (aim within 2 %: "
         f"{'met' if abs(tpot_ratio - 1) <= TPOT_AIM else 'missed'}; per round "
-        f"{', '.join(f'{r:.4f}' for r in ratios('on'))})",
+        f"{', '.join(f'{r:.4f}' for r in ratios())})",
     ]
     return "\n".join(lines)
 

@@ -1,0 +1,280 @@
+"""What the request record's access log and the usage readers cost Envoy, alone.
+
+Not collected by pytest. Run:  python -m benchmarks.record_log_cost [--rounds N] [--seconds S]
+
+No Python on the request path: `wrk -c1` (one connection, one request at a time) through
+a front Envoy (one worker) to an upstream Envoy that answers a chat completion itself
+(direct_response). The front Envoy's `set_metadata` filter writes a routed request's
+`sluicegate` metadata (what the routing stage writes), and a generic gRPC server takes
+the OpenTelemetry logs. The arms differ in one thing each:
+
+- base: set_metadata and the router only;
+- record log, as translated: the record's fields in one body (`record_log.py`);
+- record log as 13 attributes: the same format strings, one OTel attribute each (how it
+  was sent before the body);
+- record log without the metadata JSON: the body without the two whole namespaces;
+- usage readers, as translated: json_to_metadata, the stream usage Lua filter and
+  sse_to_metadata behind their matchers, the request marked for json_to_metadata
+  (`x-sluicegate-usage: log`), so the Lua and SSE filters are skipped;
+- usage readers and the record log: what "metrics on" adds to a JSON answer in Envoy.
+
+Reported per arm: p50 latency (wrk's) and the mean time per request, medians of rounds
+(the arms in turn, the order rotating), and each minus base.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from google.protobuf.json_format import MessageToDict
+
+from sluicegate import wire
+from sluicegate.envoy import EnvoyProcess
+from sluicegate.testing import free_ports
+from sluicegate.xds.translate import LISTENER, translate
+from sluicegate.xds.translate.record_log import RECORD_FORMATS, record_access_log
+
+from .harness.cli import benchmark_parser
+from .harness.processes import stop_tree, wait_listening
+from .harness.results import machine, today
+from .harness.stats import median
+from .latency_metrics import gateway_model
+
+ANSWER: Final = json.dumps({
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+    "choices": [{"index": 0, "finish_reason": "stop",
+                 "message": {"role": "assistant", "content": "tok1 tok2 tok3 tok4 "}}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+})  # fmt: skip
+# What the routing stage writes for a routed request with a reservation.
+METADATA: Final = {
+    wire.META_TENANT: "team", wire.META_KEY_NAME: "team-key", wire.META_PRIORITY: "standard",
+    wire.META_SCENARIO: "chat", wire.META_QUEUE_MS: 0, wire.META_MODEL: "chat",
+    wire.META_STREAM: "false", wire.META_RESERVATION: "r-123456",
+    wire.META_ESTIMATE_INPUT: "12", wire.META_ESTIMATE_OUTPUT: "16",
+}  # fmt: skip
+SINK_CLUSTER: Final = "sink"
+# A LogsService that takes every Export and answers empty, in its own process.
+SINK: Final = """
+import asyncio, sys, grpc
+async def main(port):
+    server = grpc.aio.server()
+    async def export(request, context): return b""
+    handler = grpc.unary_unary_rpc_method_handler(
+        export, request_deserializer=lambda b: b, response_serializer=lambda b: b)
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.logs.v1.LogsService", {"Export": handler})])
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+asyncio.run(main(int(sys.argv[1])))
+"""
+
+
+def _typed(type_name: str, **fields: Any) -> dict[str, Any]:
+    return {"@type": f"type.googleapis.com/{type_name}", **fields}
+
+
+def _address(port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": "127.0.0.1", "port_value": port}}
+
+
+def _cluster(name: str, port: int, *, http2: bool = False) -> dict[str, Any]:
+    cluster: dict[str, Any] = {
+        "name": name, "connect_timeout": "1s",
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{
+            "endpoint": {"address": _address(port)},
+            "metadata": {"filter_metadata": {wire.METADATA_NAMESPACE: {wire.META_PROVIDER: "up"}}},
+        }]}]},
+    }  # fmt: skip
+    if http2:
+        options = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+        cluster["typed_extension_protocol_options"] = {
+            options: _typed(options, explicit_http_config={"http2_protocol_options": {}})
+        }
+    return cluster
+
+
+def _listener(
+    port: int,
+    filters: list[dict[str, Any]],
+    logs: list[dict[str, Any]],
+    route: dict[str, Any],
+    headers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    router = {"name": "envoy.filters.http.router",
+              "typed_config": _typed("envoy.extensions.filters.http.router.v3.Router")}  # fmt: skip
+    hcm = _typed(
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        stat_prefix="h", access_log=logs, http_filters=[*filters, router],
+        route_config={"virtual_hosts": [{"name": "v", "domains": ["*"], "routes": [route],
+                                          "response_headers_to_add": headers or []}]},
+    )  # fmt: skip
+    manager = {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
+    return {"name": "l", "address": _address(port), "filter_chains": [{"filters": [manager]}]}
+
+
+def _bootstrap(listener: dict[str, Any], clusters: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "admin": {"address": _address(0)},
+        "static_resources": {"listeners": [listener], "clusters": clusters},
+    }
+
+
+def _upstream(port: int) -> dict[str, Any]:
+    route = {"match": {"prefix": "/"},
+             "direct_response": {"status": 200, "body": {"inline_string": ANSWER}}}  # fmt: skip
+    content_type = [{"header": {"key": "content-type", "value": "application/json"}}]
+    return _bootstrap(_listener(port, [], [], route, content_type), [])
+
+
+def _record_log(body: str | None = None, attributes: bool = False) -> dict[str, Any]:
+    """The translated record log to the sink; `body` replaces its body, `attributes`
+    sends the same fields as one OpenTelemetry attribute each instead."""
+    log = MessageToDict(record_access_log(), preserving_proto_field_name=True)
+    value = log["typed_config"]["value"]
+    value["grpc_service"]["envoy_grpc"]["cluster_name"] = SINK_CLUSTER
+    if body is not None:
+        value["body"] = {"string_value": body}
+    if attributes:
+        del value["body"]
+        value["attributes"] = {"values": [
+            {"key": key, "value": {"string_value": RECORD_FORMATS[key]}}
+            for key in wire.RECORD_LAYOUT
+        ]}  # fmt: skip
+    return log
+
+
+def _usage_readers(work: Path) -> list[dict[str, Any]]:
+    """The translated listener's usage readers (json_to_metadata, the stream usage Lua
+    filter, sse_to_metadata), each behind its matcher, as the translator writes them."""
+    from envoy.extensions.filters.network.http_connection_manager.v3 import (
+        http_connection_manager_pb2 as hcm_pb2,
+    )
+
+    from .latency_metrics import USAGE_READERS
+
+    listener: Any = translate(gateway_model(work, 10000, 10001))[LISTENER][0]
+    hcm = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(hcm)
+    return [MessageToDict(f, preserving_proto_field_name=True) for f in hcm.http_filters
+            if f.name in USAGE_READERS]  # fmt: skip
+
+
+Arm = Callable[[Path], tuple[list[dict[str, Any]], list[dict[str, Any]]]]  # filters, logs
+
+
+def _arms() -> dict[str, Arm]:
+    without_metadata = wire.record_body(
+        wire.RECORD_LOG_NAME,
+        {k: v for k, v in RECORD_FORMATS.items()
+         if k not in (wire.RECORD_METADATA, wire.RECORD_USAGE)},
+    )  # fmt: skip
+    return {
+        "base": lambda work: ([], []),
+        "record log, as translated": lambda work: ([], [_record_log()]),
+        "record log as 13 attributes": lambda work: ([], [_record_log(attributes=True)]),
+        "record log without the metadata JSON": lambda work: (
+            [], [_record_log(body=without_metadata)]
+        ),
+        "usage readers, as translated": lambda work: (_usage_readers(work), []),
+        "usage readers and the record log": lambda work: (
+            _usage_readers(work), [_record_log()]
+        ),
+    }
+
+
+def _front(port: int, upstream: int, sink: int, filters: list[dict[str, Any]],
+           logs: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    set_metadata = {"name": "envoy.filters.http.set_metadata", "typed_config": _typed(
+        "envoy.extensions.filters.http.set_metadata.v3.Config",
+        metadata=[{"metadata_namespace": wire.METADATA_NAMESPACE, "value": METADATA}],
+    )}  # fmt: skip
+    route = {"name": "chat", "match": {"prefix": "/"}, "route": {"cluster": "up"}}
+    return _bootstrap(
+        _listener(port, [set_metadata, *filters], logs, route),
+        [_cluster("up", upstream), _cluster(SINK_CLUSTER, sink, http2=True)],
+    )
+
+
+def _wrk(url: str, seconds: int) -> tuple[float, float]:
+    """wrk -c1: (p50 µs, mean µs per request)."""
+    out = subprocess.run(
+        ["wrk", "-c1", "-t1", f"-d{seconds}s", "--latency",
+         "-H", f"{wire.USAGE_HEADER}: {wire.USAGE_BY_LOG}", url],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    found = re.search(r"50%\s+([\d.]+)(us|ms)", out)
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if found is None or rate is None:
+        raise RuntimeError(f"wrk said:\n{out}")
+    p50 = float(found.group(1)) * (1 if found.group(2) == "us" else 1000)
+    return p50, 1e6 / float(rate.group(1))
+
+
+def run(rounds: int, seconds: int) -> str:
+    work = Path(tempfile.mkdtemp(prefix="record-log-cost-"))
+    arms = _arms()
+    upstream, sink, *ports = free_ports(2 + len(arms))
+    sink_process = subprocess.Popen([sys.executable, "-c", SINK, str(sink)])
+    envoys = [EnvoyProcess(_upstream(upstream), work_dir=work / "upstream", concurrency=1)]
+    urls: dict[str, str] = {}
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
+    try:
+        for index, ((name, arm), port) in enumerate(zip(arms.items(), ports, strict=True)):
+            filters, logs = arm(work)
+            envoys.append(EnvoyProcess(_front(port, upstream, sink, filters, logs),
+                                       work_dir=work / f"arm-{index}", concurrency=1))  # fmt: skip
+            urls[name] = f"http://127.0.0.1:{port}/v1/chat/completions"
+        for envoy in envoys:
+            envoy.start_blocking()
+        for port in (upstream, *ports):
+            wait_listening(port, 30.0)
+        names = list(arms)
+        for name in names:
+            _wrk(urls[name], 1)  # warm: connections, the first Lua state
+        for index in range(rounds):
+            for name in names[index % len(names) :] + names[: index % len(names)]:
+                results[name].append(_wrk(urls[name], seconds))
+    finally:
+        for envoy in envoys:
+            envoy.stop_blocking()
+        stop_tree(sink_process)
+    base_p50 = [p for p, _ in results["base"]]
+    base_mean = [m for _, m in results["base"]]
+    lines = [
+        f"{today()}; {machine()}; Envoy with 1 worker; wrk -c1 -t1 for {seconds} s per arm "
+        f"and round, {rounds} rounds (the arms in turn, the order rotating)",
+        "",
+        "| arm | p50 µs | added p50 µs | mean µs per request | added mean µs |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in arms:
+        p50s = [p for p, _ in results[name]]
+        means = [m for _, m in results[name]]
+        added_p50 = median([a - b for a, b in zip(p50s, base_p50, strict=True)])
+        added_mean = median([a - b for a, b in zip(means, base_mean, strict=True)])
+        lines.append(f"| {name} | {median(p50s):.1f} | {added_p50:+.1f} | "
+                     f"{median(means):.1f} | {added_mean:+.1f} |")  # fmt: skip
+    lines += ["", "Medians of the rounds; the added figures are per round, then their median."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = benchmark_parser(__doc__, write_help=None)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm and round")
+    args = parser.parse_args(argv)
+    print(run(args.rounds, args.seconds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
