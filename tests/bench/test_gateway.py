@@ -50,3 +50,28 @@ async def test_streams_and_json_answers_through_the_gateway(
     figures = (await run_bench(refused)).to_json()
     assert figures["errors"]["by_status"] == {"401": 3}
     assert figures["errors"]["by_code"] == {"invalid_api_key": 3}
+
+
+async def test_the_gateways_refusals_and_queue_times_are_seen_as_such(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through sluicegate's admission: a request over the tenant's token limit is the
+    gateway's refusal (x-sluicegate-refusal), not an error, and every admitted answer
+    reports its queue time (x-sluicegate-queue-ms)."""
+    # The demo tenant may reserve 100,000 tokens a minute: asking 30,000 each, four at
+    # once, three fit and the fourth is refused until the window frees (Retry-After).
+    burst = BenchSpec(url=gateway.gateway, api_key=DEMO_KEY, model="qwen-plus",
+                      concurrency=4, requests=4, output_tokens="fixed:30000",
+                      processes=1)  # fmt: skip
+    figures = (await run_bench(burst)).to_json()
+    assert figures["requests"]["ok"] == 3, figures
+    assert figures["errors"]["total"] == 0, figures["errors"]
+    assert figures["refusals"]["by_code"] == {"rate_limit_exceeded": 1}
+    assert figures["refusals"]["retry_after"]["min"] >= 1
+    assert figures["queue"]["count"] == 3  # every admitted answer said how long it queued
+    # One alone over the whole limit: refused at once, and told not to retry.
+    alone = BenchSpec(url=gateway.gateway, api_key=DEMO_KEY, model="qwen-plus",
+                      concurrency=1, requests=1, output_tokens="fixed:200000",
+                      processes=1)  # fmt: skip
+    figures = (await run_bench(alone)).to_json()
+    assert figures["refusals"]["by_code"] == {"request_too_large": 1}
