@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any, Final
+from typing import Any
 
 
 def token_text(index: int) -> str:
@@ -48,16 +48,13 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-# The event loop's timers fire on whole milliseconds (libuv's, under uvloop), up to 1 ms
-# after the time asked: waking half of that early centres a token on its deadline.
-_TIMER_SLACK_S: Final = 0.0005
-
-
 class Pacer:
     """Sleeps until each token is due: first after TTFT, then every ITL (± jitter).
 
     Deadlines are absolute (start + accumulated delays), so time spent writing a chunk does
-    not push every later token back and the stream's E2E stays what was configured.
+    not push every later token back and the stream's E2E stays what was configured. No
+    token comes before its deadline (the event loop's timers may fire up to about 1 ms
+    late), so a configured TTFT is a lower bound a test may rely on.
     `start` (the loop's time) is when the request arrived: the TTFT counts from there, not
     from after the mock read and parsed the body.
     """
@@ -87,7 +84,7 @@ class Pacer:
     async def next_token(self) -> None:
         self._deadline += self._delay(self._ttft if self._tokens == 0 else self._itl)
         self._tokens += 1
-        wait = self._deadline - self._loop.time() - _TIMER_SLACK_S
+        wait = self._deadline - self._loop.time()
         if wait > 0:
             await asyncio.sleep(wait)
 
@@ -96,6 +93,6 @@ class Pacer:
         for _ in range(tokens):
             self._deadline += self._delay(self._ttft if self._tokens == 0 else self._itl)
             self._tokens += 1
-        wait = self._deadline - self._loop.time() - _TIMER_SLACK_S
+        wait = self._deadline - self._loop.time()
         if wait > 0:
             await asyncio.sleep(wait)

@@ -32,7 +32,7 @@ async def test_the_first_token_is_due_a_ttft_after_the_request_arrived(
     pacer = Pacer(ttft_ms=50, itl_ms=5, jitter_ms=0, rng=random.Random(0), start=arrived)
     await pacer.next_token()
     [first] = waits
-    assert first < 0.010  # the 10 ms left, less the timer slack; not 50 ms
+    assert 0 < first <= 0.010  # the 10 ms left, not 50 ms
 
 
 async def test_a_pacer_past_its_deadlines_asks_for_no_wait(waits: list[float]) -> None:
