@@ -16,7 +16,12 @@ the OpenTelemetry logs. The arms differ in one thing each:
 - usage readers, as translated: json_to_metadata, the stream usage Lua filter and
   sse_to_metadata behind their matchers, the request marked for json_to_metadata
   (`x-sluicegate-usage: log`), so the Lua and SSE filters are skipped;
-- usage readers and the record log: what "metrics on" adds to a JSON answer in Envoy.
+- usage readers and the record log: what "metrics on" adds to a JSON answer in Envoy;
+- a stream's answer (16 content events and the usage event, in one body), through no
+  reader, and through the usage readers marked `x-sluicegate-usage: stream`: once as a
+  routing-only stream whose client asked for usage (the Lua filter reads no chunk), once
+  as a reserved stream whose usage the gateway asked for (the Lua filter counts the text
+  events and cuts the usage event out; checked before measuring).
 
 Reported per arm: p50 latency (wrk's) and the mean time per request, medians of rounds
 (the arms in turn, the order rotating), and each minus base.
@@ -29,7 +34,9 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -60,6 +67,16 @@ METADATA: Final = {
     wire.META_STREAM: "false", wire.META_RESERVATION: "r-123456",
     wire.META_ESTIMATE_INPUT: "12", wire.META_ESTIMATE_OUTPUT: "16",
 }  # fmt: skip
+# A stream's answer in one body: 16 content events, then the usage event the gateway asked
+# for (choices empty), then [DONE].
+STREAM_ANSWER: Final = "".join(
+    "data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "choices": [
+        {"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}]}) + "\n\n"
+    for i in range(1, 17)
+) + "data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "choices": [],
+                           "usage": {"prompt_tokens": 3, "completion_tokens": 16,
+                                     "total_tokens": 19}}) + "\n\ndata: [DONE]\n\n"  # fmt: skip
+STREAM_PATH: Final = "/v1/stream"
 SINK_CLUSTER: Final = "sink"
 # A LogsService that takes every Export and answers empty, in its own process.
 SINK: Final = """
@@ -129,10 +146,20 @@ def _bootstrap(listener: dict[str, Any], clusters: list[dict[str, Any]]) -> dict
 
 
 def _upstream(port: int) -> dict[str, Any]:
-    route = {"match": {"prefix": "/"},
-             "direct_response": {"status": 200, "body": {"inline_string": ANSWER}}}  # fmt: skip
-    content_type = [{"header": {"key": "content-type", "value": "application/json"}}]
-    return _bootstrap(_listener(port, [], [], route, content_type), [])
+    """Answers a chat completion at every path, and a stream's events at STREAM_PATH."""
+
+    def answer(body: str, content_type: str) -> dict[str, Any]:
+        header = {"header": {"key": "content-type", "value": content_type},
+                  "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}  # fmt: skip
+        return {"direct_response": {"status": 200, "body": {"inline_string": body}},
+                "response_headers_to_add": [header]}  # fmt: skip
+
+    stream = {"match": {"prefix": STREAM_PATH}, **answer(STREAM_ANSWER, "text/event-stream")}
+    json_answer = {"match": {"prefix": "/"}, **answer(ANSWER, "application/json")}
+    listener = _listener(port, [], [], stream)
+    listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"][
+        "virtual_hosts"][0]["routes"].append(json_answer)  # fmt: skip
+    return _bootstrap(listener, [])
 
 
 def _record_log(body: str | None = None, attributes: bool = False) -> dict[str, Any]:
@@ -163,12 +190,24 @@ def _usage_readers(work: Path) -> list[dict[str, Any]]:
 
     listener: Any = translate(gateway_model(work, 10000, 10001))[LISTENER][0]
     hcm = hcm_pb2.HttpConnectionManager()
-    listener.filter_chains[0].filters[0].typed_config.Unpack(hcm)
-    return [MessageToDict(f, preserving_proto_field_name=True) for f in hcm.http_filters
-            if f.name in USAGE_READERS]  # fmt: skip
+    (manager,) = (f for f in listener.filter_chains[0].filters if f.typed_config.Is(hcm.DESCRIPTOR))
+    manager.typed_config.Unpack(hcm)
+    readers = [MessageToDict(f, preserving_proto_field_name=True) for f in hcm.http_filters
+               if f.name in USAGE_READERS]  # fmt: skip
+    if len(readers) != 3:  # json_to_metadata, the Lua filter, sse_to_metadata
+        raise RuntimeError(f"not the usage readers: {[f['name'] for f in readers]}")
+    return readers
 
 
-Arm = Callable[[Path], tuple[list[dict[str, Any]], list[dict[str, Any]]]]  # filters, logs
+@dataclass(frozen=True)
+class Arm:
+    """One front Envoy: its filters and logs, the metadata set_metadata writes, and what
+    it is asked for: a JSON answer (read by json_to_metadata) or a stream."""
+
+    filters: Callable[[Path], list[dict[str, Any]]] = lambda work: []
+    logs: Callable[[], list[dict[str, Any]]] = lambda: []
+    stream: bool = False
+    metadata: Mapping[str, Any] = field(default_factory=lambda: METADATA)
 
 
 def _arms() -> dict[str, Arm]:
@@ -177,38 +216,49 @@ def _arms() -> dict[str, Arm]:
         {k: v for k, v in RECORD_FORMATS.items()
          if k not in (wire.RECORD_METADATA, wire.RECORD_USAGE)},
     )  # fmt: skip
+    # A stream of a routing-only route (no reservation): Lua reads no chunk.
+    unreserved = {k: v for k, v in METADATA.items() if k != wire.META_RESERVATION}
     return {
-        "base": lambda work: ([], []),
-        "record log, as translated": lambda work: ([], [_record_log()]),
-        "record log as 13 attributes": lambda work: ([], [_record_log(attributes=True)]),
-        "record log without the metadata JSON": lambda work: (
-            [], [_record_log(body=without_metadata)]
+        "base": Arm(),
+        "record log, as translated": Arm(logs=lambda: [_record_log()]),
+        "record log as 13 attributes": Arm(logs=lambda: [_record_log(attributes=True)]),
+        "record log without the metadata JSON": Arm(
+            logs=lambda: [_record_log(body=without_metadata)]
         ),
-        "usage readers, as translated": lambda work: (_usage_readers(work), []),
-        "usage readers and the record log": lambda work: (
-            _usage_readers(work), [_record_log()]
+        "usage readers, as translated": Arm(filters=_usage_readers),
+        "usage readers and the record log": Arm(
+            filters=_usage_readers, logs=lambda: [_record_log()]
+        ),
+        "stream: base": Arm(stream=True),
+        "stream: usage readers, the client asked for usage, no reservation": Arm(
+            filters=_usage_readers, stream=True, metadata=unreserved
+        ),
+        "stream: usage readers, usage asked by the gateway (cut), reserved (count)": Arm(
+            filters=_usage_readers,
+            stream=True,
+            metadata={**METADATA, wire.META_USAGE_INJECTED: "true"},
         ),
     }
 
 
-def _front(port: int, upstream: int, sink: int, filters: list[dict[str, Any]],
-           logs: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def _front(port: int, upstream: int, sink: int, arm: Arm, work: Path) -> dict[str, Any]:
     set_metadata = {"name": "envoy.filters.http.set_metadata", "typed_config": _typed(
         "envoy.extensions.filters.http.set_metadata.v3.Config",
-        metadata=[{"metadata_namespace": wire.METADATA_NAMESPACE, "value": METADATA}],
+        metadata=[{"metadata_namespace": wire.METADATA_NAMESPACE, "value": dict(arm.metadata)}],
     )}  # fmt: skip
     route = {"name": "chat", "match": {"prefix": "/"}, "route": {"cluster": "up"}}
     return _bootstrap(
-        _listener(port, [set_metadata, *filters], logs, route),
+        _listener(port, [set_metadata, *arm.filters(work)], arm.logs(), route),
         [_cluster("up", upstream), _cluster(SINK_CLUSTER, sink, http2=True)],
     )
 
 
-def _wrk(url: str, seconds: int) -> tuple[float, float]:
+def _wrk(url: str, seconds: int, stream: bool) -> tuple[float, float]:
     """wrk -c1: (p50 µs, mean µs per request)."""
+    reader = wire.USAGE_BY_STREAM if stream else wire.USAGE_BY_LOG
     out = subprocess.run(
         ["wrk", "-c1", "-t1", f"-d{seconds}s", "--latency",
-         "-H", f"{wire.USAGE_HEADER}: {wire.USAGE_BY_LOG}", url],
+         "-H", f"{wire.USAGE_HEADER}: {reader}", url],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     found = re.search(r"50%\s+([\d.]+)(us|ms)", out)
@@ -217,6 +267,22 @@ def _wrk(url: str, seconds: int) -> tuple[float, float]:
         raise RuntimeError(f"wrk said:\n{out}")
     p50 = float(found.group(1)) * (1 if found.group(2) == "us" else 1000)
     return p50, 1e6 / float(rate.group(1))
+
+
+def _check_the_cut(urls: dict[str, str], arms: dict[str, Arm]) -> None:
+    """A stream arm whose metadata says the gateway asked for usage must cut the usage
+    event; every other stream arm passes it: else the arms would measure the wrong thing."""
+    for name, arm in arms.items():
+        if not arm.stream:
+            continue
+        request = urllib.request.Request(
+            urls[name], headers={wire.USAGE_HEADER: wire.USAGE_BY_STREAM}
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            text = response.read().decode()
+        cut = wire.META_USAGE_INJECTED in arm.metadata
+        if ('"usage"' in text) == cut or text.count('"content"') != 16:
+            raise RuntimeError(f"{name}: the stream was not read as meant:\n{text}")
 
 
 def run(rounds: int, seconds: int) -> str:
@@ -229,26 +295,28 @@ def run(rounds: int, seconds: int) -> str:
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
     try:
         for index, ((name, arm), port) in enumerate(zip(arms.items(), ports, strict=True)):
-            filters, logs = arm(work)
-            envoys.append(EnvoyProcess(_front(port, upstream, sink, filters, logs),
+            envoys.append(EnvoyProcess(_front(port, upstream, sink, arm, work),
                                        work_dir=work / f"arm-{index}", concurrency=1))  # fmt: skip
-            urls[name] = f"http://127.0.0.1:{port}/v1/chat/completions"
+            path = STREAM_PATH if arm.stream else "/v1/chat/completions"
+            urls[name] = f"http://127.0.0.1:{port}{path}"
         for envoy in envoys:
             envoy.start_blocking()
         for port in (upstream, *ports):
             wait_listening(port, 30.0)
         names = list(arms)
+        _check_the_cut(urls, arms)
         for name in names:
-            _wrk(urls[name], 1)  # warm: connections, the first Lua state
+            _wrk(urls[name], 1, arms[name].stream)  # warm: connections, the first Lua state
         for index in range(rounds):
             for name in names[index % len(names) :] + names[: index % len(names)]:
-                results[name].append(_wrk(urls[name], seconds))
+                results[name].append(_wrk(urls[name], seconds, arms[name].stream))
     finally:
         for envoy in envoys:
             envoy.stop_blocking()
         stop_tree(sink_process)
-    base_p50 = [p for p, _ in results["base"]]
-    base_mean = [m for _, m in results["base"]]
+    def base(name: str) -> list[tuple[float, float]]:
+        return results["stream: base" if arms[name].stream else "base"]
+
     lines = [
         f"{today()}; {machine()}; Envoy with 1 worker; wrk -c1 -t1 for {seconds} s per arm "
         f"and round, {rounds} rounds (the arms in turn, the order rotating)",
@@ -259,11 +327,12 @@ def run(rounds: int, seconds: int) -> str:
     for name in arms:
         p50s = [p for p, _ in results[name]]
         means = [m for _, m in results[name]]
-        added_p50 = median([a - b for a, b in zip(p50s, base_p50, strict=True)])
-        added_mean = median([a - b for a, b in zip(means, base_mean, strict=True)])
+        added_p50 = median([a - b for a, (b, _) in zip(p50s, base(name), strict=True)])
+        added_mean = median([a - b for a, (_, b) in zip(means, base(name), strict=True)])
         lines.append(f"| {name} | {median(p50s):.1f} | {added_p50:+.1f} | "
                      f"{median(means):.1f} | {added_mean:+.1f} |")  # fmt: skip
-    lines += ["", "Medians of the rounds; the added figures are per round, then their median."]
+    lines += ["", "Medians of the rounds; the added figures are per round (a stream's against "
+              "`stream: base`), then their median."]
     return "\n".join(lines)
 
 

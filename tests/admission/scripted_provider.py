@@ -116,6 +116,9 @@ async def _answer(request: web.Request) -> web.StreamResponse:
         return await _stream(request, [*deltas, done], cut=True)
     if shape == "sse-empty":  # no event with text at all
         return await _stream(request, [b"data: [DONE]\n\n"])
+    if shape == "sse-usage-whole":  # the stream in one body with its content-length
+        body = b"".join([*contents, _chunk(None, usage=True), b"data: [DONE]\n\n"])
+        return web.Response(body=body, headers={"content-type": "text/event-stream"})
     if shape == "sse-usage-crlf":
         crlf = [c.replace(b"\n\n", b"\r\n\r\n") for c in contents]
         usage = _chunk(None, usage=True, end=b"\r\n\r\n")

@@ -79,6 +79,10 @@ CASES = {
         "sse-usage", stream=True, client_sees_usage=False
     ),
     "sse with usage asked, CRLF": Case("sse-usage-crlf", stream=True, client_sees_usage=False),
+    # A stream sent whole with a content-length: the cut body goes chunked, not short.
+    "sse with usage asked, sent whole": Case(
+        "sse-usage-whole", stream=True, client_sees_usage=False
+    ),
     # Usage on the last content event: the event is the client's, so it passes.
     "sse with usage on a content event": Case(
         "sse-usage-on-content", stream=True, client_sees_usage=True

@@ -142,6 +142,9 @@ function envoy_on_response(handle)
   -- by it (0 until a text event comes). Without one, and nothing to cut, no chunk is read.
   local counts = facts["{wire.META_RESERVATION}"] ~= nil
   if not cut and not counts then return end
+  -- A cut makes the body shorter than a provider's content-length (a stream sent whole,
+  -- by a buffering proxy say): without it the answer goes chunked.
+  if cut then handle:headers():remove("content-length") end
   if counts then handle:streamInfo():dynamicMetadata():set(NAMESPACE, COUNT_KEY, 0) end
   local count = 0
   local carry = ""  -- while the cut is armed: the start of an event not yet whole
