@@ -221,7 +221,7 @@ def _arms() -> dict[str, Arm]:
     return {
         "base": Arm(),
         "record log, as translated": Arm(logs=lambda: [_record_log()]),
-        "record log as 13 attributes": Arm(logs=lambda: [_record_log(attributes=True)]),
+        "record log as one attribute a field": Arm(logs=lambda: [_record_log(attributes=True)]),
         "record log without the metadata JSON": Arm(
             logs=lambda: [_record_log(body=without_metadata)]
         ),

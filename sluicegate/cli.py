@@ -319,10 +319,10 @@ class _QuietParser(argparse.ArgumentParser):
     given: tuple[str, ...] = ()
 
     def error(self, message: str) -> NoReturn:
-        for token in self.given:
+        for token in sorted(self.given, key=len, reverse=True):
             value = token.split("=", 1)[1] if token.startswith("-") and "=" in token else token
-            if value and not value.startswith("-"):
-                message = message.replace(repr(value), "'…'").replace(f"'{value}'", "'…'")
+            if len(value) >= 4 and not value.startswith("-"):
+                message = message.replace(value, "…")  # quoted or not ("--api=sk-…")
         super().error(message)
 
 

@@ -33,7 +33,8 @@ class Endpoint:
 def parse_endpoint(url: str) -> Endpoint:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecError("--url", f"expected http://HOST:PORT or https://HOST, got {url!r}")
+        # Not echoed: a value that is no URL may be a key given to the wrong flag.
+        raise SpecError("--url", "expected http://HOST:PORT or https://HOST (not shown)")
     if parts.username or parts.password:
         raise SpecError("--url", "credentials in the URL are not sent; use --api-key-env")
     if parts.query or parts.fragment:
@@ -42,7 +43,7 @@ def parse_endpoint(url: str) -> Endpoint:
     try:
         port = parts.port or (443 if tls else 80)
     except ValueError:
-        raise SpecError("--url", f"bad port in {url!r}") from None
+        raise SpecError("--url", f"bad port in the URL of host {parts.hostname}") from None
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]

@@ -15,12 +15,11 @@ from sluicegate.bench.http import CONNECTION, TIMEOUT, Connection, Exchange, con
 from sluicegate.bench.mix import Mix, Prepared
 from sluicegate.bench.progress import DONE, DROPPED, FAILED, INFLIGHT, SENT, WIDTH, Counters
 from sluicegate.bench.samples import OK, Sample, failed_sample, sample_of
-from sluicegate.bench.shapes import WorkerLoad, rate_at, slot_window
+from sluicegate.bench.shapes import WorkerLoad, peak_rate, rate_at, slot_window
 from sluicegate.bench.spec import BenchSpec
 
 _perf_counter = time.perf_counter
 # An open loop whose rate is 0 (a ramp from 0) looks again this often.
-_IDLE_STEP_S = 0.01
 
 
 @dataclass
@@ -142,12 +141,19 @@ class Engine:
             await asyncio.gather(*tasks)
 
     def _next_due(self, after: float, load: WorkerLoad, duration_s: float | None) -> float:
+        """The next Poisson arrival after `after`, at the rate of its own moment. A ramp's
+        rate changes over the run, so arrivals are thinned (Lewis and Shedler): drawn at
+        the peak rate, each kept with probability rate(t) / peak. Drawing each gap at the
+        rate of the previous arrival instead waits far too long early in a ramp from 0."""
+        peak = peak_rate(load)
+        if peak <= 0:
+            return self._stop
         due = after
         while due < self._stop:
+            due += self._arrivals.expovariate(peak)
             rate = rate_at(load, due, self._warm_end, duration_s)
-            if rate > 0:
-                return due + self._arrivals.expovariate(rate)
-            due += _IDLE_STEP_S
+            if self._arrivals.random() * peak < rate:
+                return due
         return due
 
     async def _open_request(self) -> None:
@@ -187,7 +193,9 @@ class Engine:
                     return None
             loop = asyncio.get_running_loop()
             exchange = Exchange(loop.create_future())
-            timer = loop.call_later(self._spec.timeout_s, connection.expire)
+            # --timeout bounds the whole request, connecting included.
+            left = max(0.0, self._spec.timeout_s - (_perf_counter() - sent))
+            timer = loop.call_later(left, connection.expire)
             connection.send(prepared.data, exchange)
             try:
                 await exchange.waiter

@@ -4,6 +4,7 @@ error message can show them (docs/bench.md, "Keys")."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Final
 
@@ -39,10 +40,28 @@ class Secret:
         return (Secret, (self._value,))
 
 
+# What a message may show of a value given where a name or a path belongs: a key put
+# there by mistake (`--api-key-env sk-…`) must not be printed back.
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
+
+
+def _shown_env(name: str) -> str:
+    if _ENV_NAME.fullmatch(name):
+        return f"environment variable {name}"
+    return "the environment variable named (not shown: it is no variable's name, maybe a key)"
+
+
+def _shown_path(path: str | Path) -> str:
+    text = str(path)
+    if "/" in text or "." in text:
+        return f"the key file {text}"
+    return "the key file named (not shown: it is no path, maybe a key)"
+
+
 def key_from_env(name: str) -> Secret:
     value = os.environ.get(name, "").strip()
     if not value:
-        raise ValueError(f"environment variable {name} is not set or empty")
+        raise ValueError(f"{_shown_env(name)} is not set or empty")
     return Secret(value)
 
 
@@ -50,11 +69,11 @@ def key_from_file(path: str | Path) -> Secret:
     try:
         text = Path(path).read_text().strip()
     except OSError as err:
-        raise ValueError(f"cannot read the key file {path}: {err.strerror}") from None
+        raise ValueError(f"cannot read {_shown_path(path)}: {err.strerror}") from None
     if not text:
-        raise ValueError(f"the key file {path} is empty")
+        raise ValueError(f"{_shown_path(path)} is empty")
     if "\n" in text:
-        raise ValueError(f"the key file {path} holds more than one line")
+        raise ValueError(f"{_shown_path(path)} holds more than one line")
     return Secret(text)
 
 

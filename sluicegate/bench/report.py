@@ -140,6 +140,12 @@ def _steps(document: Mapping[str, Any]) -> list[str]:
     capacity = document["capacity"]
     if capacity["value"] is None:
         lines.append("capacity: none: even the first step missed the SLO; start lower")
+    elif not capacity.get("bounded", True):
+        lines.append(
+            f"capacity: at least {unit} {capacity['value']:g} "
+            f"({capacity['requests_per_s']:.1f} req/s): every step met the SLO; "
+            "start higher or allow more --sweep-steps"
+        )
     else:
         lines.append(
             f"capacity: {unit} {capacity['value']:g} ({capacity['requests_per_s']:.1f} req/s) "

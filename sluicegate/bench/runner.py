@@ -64,7 +64,19 @@ async def run_bench(spec: BenchSpec, progress: TextIO | None = None) -> BenchRes
         samples.sort(key=lambda s: s.start)
         figures = run_figures(samples, spec.warmup_s, spec.objectives, names.scenarios,
                               names.priorities)  # fmt: skip
-        figures["requests"]["dropped"] = sum(r.dropped for r in results)
+        dropped = figures["requests"]["dropped"] = sum(r.dropped for r in results)
+        if dropped:
+            # An arrival the open loop could not send (--max-inflight) is a request the
+            # load asked for and did not get: it counts against the error rate and the SLO.
+            measured = figures["requests"]["measured"]
+            figures["error_rate"] = (figures["requests"]["failed"] + dropped) / (
+                measured + dropped
+            )
+            if "slo" in figures:
+                figures["slo"]["checks"].append(
+                    {"objective": "dropped", "limit": 0, "value": dropped, "met": False}
+                )
+                figures["slo"]["met"] = False
         figures["load"] = {"shape": spec.shape, "value": _load_value(spec, load)}
         lags = [lag for r in results for lag in r.lags]
         # The bench's own cost, to tell whether it limited the run: its CPU seconds, and
@@ -78,7 +90,7 @@ async def run_bench(spec: BenchSpec, progress: TextIO | None = None) -> BenchRes
 
     try:
         if spec.sweep:
-            steps, capacity = await sweep(spec, phase)
+            steps, capacity, bounded = await sweep(spec, phase)
             best = next(
                 (s for s in steps if capacity is not None
                  and s["load"]["value"] == _load_value(spec, capacity)), steps[-1],
@@ -86,7 +98,7 @@ async def run_bench(spec: BenchSpec, progress: TextIO | None = None) -> BenchRes
             return BenchResult(
                 parameters, best, started_at,
                 steps=[{k: v for k, v in s.items() if k != "timeline"} for s in steps],
-                capacity=_capacity(spec, best, capacity),
+                capacity=_capacity(spec, best, capacity, bounded),
             )  # fmt: skip
         return BenchResult(parameters, await phase(spec.load), started_at)
     finally:
@@ -108,13 +120,17 @@ def _load_value(spec: BenchSpec, load: float) -> float | int:
     return int(load) if spec.concurrency is not None else load
 
 
-def _capacity(spec: BenchSpec, figures: dict[str, Any], load: float | None) -> dict[str, Any]:
+def _capacity(
+    spec: BenchSpec, figures: dict[str, Any], load: float | None, bounded: bool
+) -> dict[str, Any]:
     return {
         "shape": spec.shape,
         "unit": "concurrency" if spec.concurrency is not None else "requests/s",
         "value": _load_value(spec, load) if load is not None else None,
         "requests_per_s": figures["requests_per_s"] if load is not None else None,
         "met": load is not None,
+        # False: no step missed the SLO, so the capacity is at least `value`, not found.
+        "bounded": bounded,
     }
 
 

@@ -3,6 +3,7 @@ or from a YAML file (`--scenarios FILE.yaml`); keys only by env var or file, nev
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,6 +23,8 @@ _INLINE_KEYS: Final = frozenset({"key", "api_key", "apikey"})
 def _field(raw: str) -> str:
     return raw.strip().lower().replace("-", "_")
 
+_FIELD_NAME: Final = re.compile(r"[a-z][a-z_-]{0,23}")
+
 
 def parse_scenario_flag(text: str) -> Scenario:
     """One `--scenario` value. A comma that does not start a known `field=` belongs to the
@@ -38,14 +41,16 @@ def parse_scenario_flag(text: str) -> Scenario:
             )  # fmt: skip
         if eq and name in _FIELDS:
             if name in fields:
-                raise SpecError("--scenario", f"{name} given twice in {text!r}")
+                raise SpecError("--scenario", f"{name} given twice")
             fields[name] = value.strip()
             last = name
         elif last is not None and last in ("input", "output"):
             fields[last] += "," + piece
         else:
             known = ", ".join(k.replace("_", "-") for k in _FIELDS)
-            raise SpecError("--scenario", f"unknown field {piece.strip()!r}; known: {known}")
+            # Only a name is echoed: a stray value might be a key.
+            shown = repr(key.strip()) if _FIELD_NAME.fullmatch(key.strip()) else "(not shown)"
+            raise SpecError("--scenario", f"unknown field {shown}; known: {known}")
     return _scenario(fields, "--scenario", base=None)
 
 

@@ -85,6 +85,11 @@ def slot_window(slot: int, ramp: tuple[float, float] | None, warm_end: float,
     return -math.inf, (math.inf if high > slot else crossing)
 
 
+def peak_rate(load: WorkerLoad) -> float:
+    """The highest rate `rate_at` gives over the run: the bound arrivals are thinned from."""
+    return load.rate if load.ramp is None else max(load.ramp[0], load.ramp[1], load.rate)
+
+
 def rate_at(load: WorkerLoad, now: float, warm_end: float, duration: float | None) -> float:
     if load.ramp is None or duration is None:
         return load.rate

@@ -160,7 +160,7 @@ class BenchSpec:
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
-            raise SpecError("--url", f"expected http://HOST:PORT or https://..., got {self.url!r}")
+            raise SpecError("--url", "expected http://HOST:PORT or https://... (not shown)")
         if isinstance(self.api_key, str):
             try:
                 object.__setattr__(self, "api_key", Secret(self.api_key))

@@ -17,9 +17,13 @@ from sluicegate.bench.spec import BenchSpec
 RunStep = Callable[[float], Awaitable[dict[str, Any]]]
 
 
-async def sweep(spec: BenchSpec, run_step: RunStep) -> tuple[list[dict[str, Any]], float | None]:
+async def sweep(
+    spec: BenchSpec, run_step: RunStep
+) -> tuple[list[dict[str, Any]], float | None, bool]:
     """Run the steps (`run_step(load)` returns a step's figures, with `slo.met`);
-    returns every step's figures in the order run, and the capacity found."""
+    returns every step's figures in the order run, the capacity found, and whether a
+    step missed above it (False: every step met the SLO, so the capacity is only a lower
+    bound, --sweep-steps ran out first)."""
     closed = spec.concurrency is not None
     steps: list[dict[str, Any]] = []
     met_at: float | None = None
@@ -51,4 +55,4 @@ async def sweep(spec: BenchSpec, run_step: RunStep) -> tuple[list[dict[str, Any]
             met_at = middle
         else:
             failed_at = middle
-    return steps, met_at
+    return steps, met_at, failed_at is not None

@@ -53,8 +53,9 @@ class Pacer:
 
     Deadlines are absolute (start + accumulated delays), so time spent writing a chunk does
     not push every later token back and the stream's E2E stays what was configured. No
-    token comes before its deadline (the event loop's timers may fire up to about 1 ms
-    late), so a configured TTFT is a lower bound a test may rely on.
+    token comes before its deadline by the loop's clock (its timers may fire up to about
+    1 ms late); that clock (uvloop's) counts whole milliseconds, so a configured TTFT is a
+    lower bound within 1 ms, which is what a test may rely on.
     `start` (the loop's time) is when the request arrived: the TTFT counts from there, not
     from after the mock read and parsed the body.
     """

@@ -169,8 +169,14 @@ def error_code(meta_code: str, status: int, details: str, flags: str) -> str:
 
 
 def fields_of(log_record: Any) -> dict[str, str]:
-    """The record's fields by key, from its body (wire.record_fields)."""
-    return wire.record_fields(log_record.body.string_value)
+    """The record's fields by key, from its body (wire.record_fields). A record without a
+    body comes from an Envoy still on the config from before the body (an upgrade under
+    way: a replica or sidecar whose control plane is older or newer): its attributes,
+    named by the same keys, so no record is lost meanwhile."""
+    body = log_record.body.string_value
+    if body:
+        return wire.record_fields(body)
+    return {item.key: item.value.string_value for item in log_record.attributes}
 
 
 def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> RequestRecord:

@@ -140,6 +140,15 @@ async def _answer(request: web.Request) -> web.StreamResponse:
         return web.Response(status=status, text=PLAIN_ERROR_TEXT, headers={"retry-after": "3"})
     if shape == "error-empty":
         return web.Response(status=status)
+    if shape == "impostor":  # a provider (or an upstream gateway) with the gateway's headers
+        error = {"error": {"message": "slow down", "type": "requests", "param": None,
+                           "code": "rate_limit_exceeded"}}  # fmt: skip
+        return web.Response(
+            status=429,
+            body=json.dumps(error).encode(),
+            content_type="application/json",
+            headers={"x-sluicegate-refusal": "rate_limit_exceeded", "x-sluicegate-queue-ms": "999"},
+        )
     if shape == "error-binary":
         return web.Response(status=status, body=b"\xff\xfe bad \x00 bytes",
                             content_type="application/octet-stream")  # fmt: skip

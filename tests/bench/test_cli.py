@@ -156,6 +156,18 @@ def test_the_key_never_shows(keyed_mock: ThreadedMockProvider, tmp_path: Path) -
         (["--url", "ftp://x", "--rate", "5", "--requests", "1"], "--url"),
         (["--url", "http://127.0.0.1:9", "--concurrency", "0", "--requests", "1"],
          "--concurrency"),
+        # A key given to the wrong flag is never printed back.
+        (["--url", "http://127.0.0.1:9", "--rate", "5", "--requests", "1",
+          "--api-key-env", "sk-inline-1"], "--api-key-env"),
+        (["--url", "http://127.0.0.1:9", "--rate", "5", "--requests", "1",
+          "--api-key-file", "sk-inline-1"], "--api-key-file"),
+        (["--url", "http://127.0.0.1:9", "--rate", "5", "--requests", "1",
+          "--scenario", "name=a,sk-inline-1"], "--scenario"),
+        (["--url", "http://127.0.0.1:9", "--rate", "5", "--requests", "1",
+          "--scenario", "name=a,key-env=sk-inline-1"], "--scenario"),
+        (["--url", "sk-inline-1", "--rate", "5", "--requests", "1"], "--url"),
+        (["--url", "http://127.0.0.1:9", "--rate", "5", "--requests", "1",
+          "--api=sk-inline-1"], "--api"),
     ],
 )  # fmt: skip
 def test_bad_flags_exit_2_naming_the_flag(

@@ -19,7 +19,8 @@ async def test_sweep_finds_the_concurrency_limit(start_upstream: Any) -> None:
     assert [step["slo"]["met"] for step in figures["steps"]] == [True, True, True, False,
                                                                    False, True]  # fmt: skip
     assert figures["capacity"] == {"shape": "closed", "unit": "concurrency", "value": 5,
-                                   "requests_per_s": figures["requests_per_s"], "met": True}
+                                   "requests_per_s": figures["requests_per_s"], "met": True,
+                                   "bounded": True}
     assert figures["load"]["value"] == 5  # the top-level figures are the capacity step's
     assert figures["steps"][3]["errors"]["by_code"]["rate_limit_exceeded"] > 0
     assert "timeline" not in figures["steps"][0] and figures["timeline"]["points"]
@@ -41,3 +42,4 @@ async def test_open_loop_sweep_grows_then_bisects_to_the_resolution(start_upstre
     figures = (await run_bench(spec)).to_json()
     assert [step["load"]["value"] for step in figures["steps"]] == [50.0, 100.0, 200.0]
     assert figures["capacity"]["value"] == 200.0  # every step met it; --sweep-steps bound
+    assert figures["capacity"]["bounded"] is False  # so 200 is a lower bound, and says so

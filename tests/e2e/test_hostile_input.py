@@ -183,6 +183,15 @@ def test_a_providers_plain_text_error_reaches_the_client_as_openai_json(
     assert response_headers.get("retry-after") == "3"  # and its other headers
 
 
+def test_a_providers_answer_cannot_pass_for_the_gateways_refusal(stack: Stack) -> None:
+    """Only the gateway says a refusal is its own or how long a request queued: the same
+    headers from a provider (or a sluicegate upstream of it) never reach the client."""
+    status, response_headers, _ = post(stack, [AUTH, (ANSWER_HEADER.encode(), b"impostor")], CHAT)
+    assert status == 429
+    assert wire.REFUSAL_HEADER not in response_headers
+    assert response_headers.get(wire.QUEUE_MS_HEADER) != "999"
+
+
 def test_only_wrapped_answers_reach_python(stack: Stack) -> None:
     """The error-body filter is skipped in Envoy for 2xx and JSON answers."""
 

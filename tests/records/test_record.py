@@ -321,3 +321,19 @@ def test_the_record_body_is_the_log_name_then_one_field_a_line() -> None:
         wire.RECORD_PROVIDER: "alpha",
     }
     assert decode(log_record({}, log_name=wire.LATENCY_LOG_NAME), MAPS).route == ""
+
+
+def test_a_record_sent_as_attributes_still_decodes() -> None:
+    """An Envoy on the config from before the body (an upgrade under way) sends the same
+    fields as attributes: they are read, not lost."""
+    from opentelemetry.proto.common.v1 import common_pb2
+    from opentelemetry.proto.logs.v1 import logs_pb2
+
+    attributes = [
+        common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=value))
+        for key, value in streamed().items()
+    ]
+    record = decode(logs_pb2.LogRecord(attributes=attributes), MAPS)
+    assert (record.route, record.provider, record.status, record.output_tokens) == (
+        "chat", "alpha", 200, 20,
+    )  # fmt: skip

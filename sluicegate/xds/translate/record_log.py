@@ -14,7 +14,7 @@ the config goes as an `xds.type.v3.TypedStruct` of the newer message: Envoy read
 if typed, and warns about no deprecated field (tests/envoy/test_no_deprecated_fields.py).
 
 A second logger of the same kind, only on listeners of a config with a `routing: latency`
-route, sends the few attributes latency-aware routing reads to the control plane (the
+route, sends the few fields latency-aware routing reads to the control plane (the
 xDS cluster, whose gRPC server also serves the LogsService), and only for requests a
 latency route's provider answered: a CEL filter on that host's endpoint metadata
 (wire.META_ROUTING, endpoints.py). Both loggers are built from RECORD_FORMATS by one

@@ -68,6 +68,10 @@ def build_route_configurations(
         response_headers_to_add=admission_response_headers() if gateway.admission.enabled else [],
         # The routing stage's word on who reads the usage is not for providers.
         request_headers_to_remove=[wire.USAGE_HEADER],
+        # Only this gateway says a refusal is its own, or how long a request queued: a
+        # provider's (or another sluicegate's upstream) never reaches the client. Envoy
+        # removes these before it adds its own, and local replies keep theirs.
+        response_headers_to_remove=[wire.REFUSAL_HEADER, wire.QUEUE_MS_HEADER],
     )
     return [
         route_pb2.RouteConfiguration(
