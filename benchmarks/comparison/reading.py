@@ -1,0 +1,228 @@
+"""The "Reading" of the `## Gateways compared` section: the upstream's and the load
+generator's headroom, the streams sustained, the issue's aims for sluicegate with full
+admission (each with its verdict), and where sluicegate loses to plain Envoy; every
+sentence made from the run's figures."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from . import tables
+from .peer_round import PeerRound, generator_busy
+from .plan import GENERATOR_LAG_STALLS, GENERATOR_SATURATED, Plan
+from .step import Step
+from .summary import DIRECT, Rounds, frontier, median, sweep_step
+
+ADMISSION = "sluicegate-admission"
+ROUTING = "sluicegate-routing"
+ENVOY = "envoy"
+PORTKEY = "portkey"
+
+
+def _cpu_at(plan: Plan) -> Callable[[PeerRound], float | None]:
+    return lambda r: s.peer_cpu_us if (s := sweep_step(r, plan.cpu_concurrency)) else None
+
+
+def _added_p50(peers: dict[str, PeerRound], name: str) -> float | None:
+    own, direct = peers[name].latency, peers[DIRECT].latency
+    if own is None or direct is None or own.e2e_p50 is None or direct.e2e_p50 is None:
+        return None
+    return own.e2e_p50 - direct.e2e_p50
+
+
+def _added_ratio(other: str, peers: dict[str, PeerRound]) -> float | None:
+    """sluicegate-admission's added p50 over `other`'s, in one round."""
+    ours, theirs = _added_p50(peers, ADMISSION), _added_p50(peers, other)
+    return ours / theirs if ours is not None and theirs else None
+
+
+def _added_over_envoy(name: str, peers: dict[str, PeerRound]) -> float | None:
+    ours, envoy = _added_p50(peers, name), _added_p50(peers, ENVOY)
+    return ours - envoy if ours is not None and envoy is not None else None
+
+
+def _itl(figure: Callable[[Step], float | None]) -> Callable[[PeerRound], float | None]:
+    return lambda r: figure(r.stream) if r.stream is not None else None
+
+
+def _ratio_text(values: Sequence[float], digits: int = 2) -> str:
+    middle = median(values)
+    assert middle is not None, "only called with values"
+    rounds = ", ".join(f"{v:.{digits}f}" for v in values)
+    return f"{middle:.{digits}f}x (per round {rounds})"
+
+
+def _aim(title: str, values: Sequence[float], aim: str, met: Callable[[float], bool],
+         digits: int = 2) -> list[str]:  # fmt: skip
+    """One bullet: the median of per-round `values` against its aim (none unmeasured)."""
+    middle = median(values)
+    if middle is None:
+        return []
+    verdict = "met" if met(middle) else "missed"
+    return [f"- **{title}**: {_ratio_text(values, digits)}; aim {aim}: {verdict}."]
+
+
+def _aims(rounds: Rounds, litellms: Sequence[str], plan: Plan) -> list[str]:
+    """The issue's aims for sluicegate with full admission, each with its verdict."""
+    cpu = _cpu_at(plan)
+    lines = []
+    for litellm in litellms:
+        lines += _aim(
+            f"Requests per CPU-second, {ADMISSION} against {litellm} (c={plan.cpu_concurrency})",
+            rounds.ratios(litellm, ADMISSION, cpu),  # litellm's µs over sluicegate's
+            "≥ 25x", lambda v: v >= 25, digits=1,
+        )  # fmt: skip
+        lines += _aim(
+            f"Added p50 at concurrency 1, {ADMISSION} over {litellm}'s",
+            rounds.within([ADMISSION, litellm, DIRECT], partial(_added_ratio, litellm)),
+            "≤ 0.1x", lambda v: v <= 0.1,
+        )  # fmt: skip
+    lines += _aim(
+        f"Most requests/s with no failure, {ADMISSION} over {PORTKEY}",
+        rounds.ratios(ADMISSION, PORTKEY, lambda r: frontier(r, None)),
+        "> 1x (while doing admission Portkey does not)", lambda v: v > 1,
+    )  # fmt: skip
+    for label, figure in (("p50", _itl(lambda s: s.itl_p50)),
+                          ("mean", _itl(lambda s: s.itl_mean))):  # fmt: skip
+        lines += _aim(
+            f"Streamed inter-chunk latency {label}, {ADMISSION} over plain Envoy's",
+            rounds.ratios(ADMISSION, ENVOY, figure), "within 2 %",
+            lambda v: abs(v - 1) <= 0.02, digits=3,
+        )  # fmt: skip
+    return lines
+
+
+def _loses(rounds: Rounds, plan: Plan) -> list[str]:
+    """sluicegate against plain Envoy with sluicegate's own routes: what ext_proc costs."""
+    cpu = _cpu_at(plan)
+    envoy_best = rounds.median(ENVOY, lambda r: frontier(r, None))
+    lines = []
+    for name in (ROUTING, ADMISSION):
+        if not rounds.of(name) or not rounds.of(ENVOY):
+            continue
+        added = median(rounds.within([name, ENVOY, DIRECT], partial(_added_over_envoy, name)))
+        best = rounds.median(name, lambda r: frontier(r, None))
+        cost = median(rounds.ratios(name, ENVOY, cpu))
+        lines.append(
+            f"- **{name} against plain Envoy**: {tables.ms(added, True)} ms p50 more at "
+            f"concurrency 1, {tables.number(best)} against {tables.number(envoy_best)} "
+            f"requests/s at most, {tables.number(cost, 1)}x its CPU per request."
+        )
+    if lines:
+        lines.append(
+            "  That is where sluicegate loses: its routing is a Python ext_proc server that "
+            "Envoy calls on every request (headers, then the buffered body: two gRPC round "
+            "trips to grpc.aio), whose floor alone is most of this (RESULTS.md, 'The ext_proc "
+            "floor'). Issue 12 is the fix."
+        )
+    return lines
+
+
+def _against_portkey(rounds: Rounds, plan: Plan) -> list[str]:
+    """sluicegate with full admission against Portkey, the other light gateway: where it
+    carries more and where it costs more."""
+    if not rounds.of(ADMISSION) or not rounds.of(PORTKEY) or not rounds.of(DIRECT):
+        return []
+
+    def at_cpu(figure: Callable[[Step], float | None]) -> Callable[[PeerRound], float | None]:
+        return lambda r: figure(s) if (s := sweep_step(r, plan.cpu_concurrency)) else None
+
+    def both(figure: Callable[[PeerRound], float | None]) -> tuple[float | None, float | None]:
+        return rounds.median(ADMISSION, figure), rounds.median(PORTKEY, figure)
+
+    added = (
+        median(rounds.added(ADMISSION, lambda r: r.latency.e2e_p50 if r.latency else None)),
+        median(rounds.added(PORTKEY, lambda r: r.latency.e2e_p50 if r.latency else None)),
+    )
+    cpu = both(at_cpu(lambda s: s.peer_cpu_us))
+    cores = both(at_cpu(lambda s: s.peer_cores))
+    ttft = (
+        median(rounds.added(ADMISSION, _itl(lambda s: s.ttft_p50))),
+        median(rounds.added(PORTKEY, _itl(lambda s: s.ttft_p50))),
+    )
+    idle = both(lambda r: r.idle_rss)
+    loses = [what for what, (ours, theirs) in (
+        ("latency at concurrency 1", added), ("CPU per request", cpu),
+        ("a stream's TTFT", ttft), ("idle memory", idle),
+    ) if ours is not None and theirs is not None and ours > theirs]  # fmt: skip
+    return [
+        f"- **{ADMISSION} against {PORTKEY}**: adds {tables.ms(added[0])} ms p50 at "
+        f"concurrency 1 (Portkey {tables.ms(added[1])}); {tables.number(cpu[0])} µs of CPU "
+        f"per request (Portkey {tables.number(cpu[1])}), on {tables.number(cores[0], 2)} "
+        f"cores at c={plan.cpu_concurrency}: Envoy and the ext_proc server are two "
+        f"processes, Portkey one Node thread ({tables.number(cores[1], 2)}); adds "
+        f"{tables.ms(ttft[0])} ms to a stream's TTFT (Portkey {tables.ms(ttft[1])}); idles "
+        f"at {tables.mib(idle[0])} MiB (Portkey {tables.mib(idle[1])}). It loses on: "
+        f"{', '.join(loses) or 'none of these'}."
+    ]
+
+
+def _memory(rounds: Rounds, names: Sequence[str]) -> list[str]:
+    idle = [f"{n} {tables.mib(rounds.median(n, lambda r: r.idle_rss))}" for n in names
+            if n != DIRECT and rounds.of(n)]  # fmt: skip
+    if not idle:
+        return []
+    return [
+        f"- **Memory, idle (MiB)**: {'; '.join(idle)}. sluicegate's tree is four Python "
+        "and C++ processes (`sluicegate up`, the control plane, the ext_proc server, "
+        "Envoy), each counted whole; LiteLLM with 2 workers is four Python processes "
+        "(the server, 2 workers, multiprocessing's resource tracker)."
+    ]
+
+
+def _generator(rounds: Rounds, names: Sequence[str], plan: Plan) -> list[str]:
+    direct_best = rounds.median(DIRECT, lambda r: frontier(r, None))
+    gateways = [n for n in names if n != DIRECT]
+    fastest = max(gateways, key=lambda n: rounds.median(n, lambda r: frontier(r, None)) or 0)
+    fastest_best = rounds.median(fastest, lambda r: frontier(r, None))
+    upstream_us = rounds.median(
+        DIRECT, lambda r: s.upstream_cpu_us if (s := sweep_step(r, plan.cpu_concurrency)) else None
+    )
+    ceiling = 1e6 / upstream_us if upstream_us else None
+    busy = Counter(
+        f"{n} c={s.concurrency}" for n in gateways for r in rounds.of(n)
+        for s in r.sweep if generator_busy(s, plan) is not None
+    )  # fmt: skip
+    steps = ", ".join(f"{step} ({count} of {rounds.count} rounds)" for step, count in
+                      sorted(busy.items()))  # fmt: skip
+    ratio = f"{ceiling / fastest_best:.1f}x" if ceiling and fastest_best else "?"
+    return [
+        f"- **The upstream is not the bottleneck**: it spends {tables.number(upstream_us)} µs "
+        f"of CPU per answer (direct, c={plan.cpu_concurrency}), about "
+        f"{tables.number(ceiling)} answers/s on one core, {ratio} the fastest gateway's "
+        f"{tables.number(fastest_best)} requests/s ({fastest}).",
+        f"- **The load generator's ceiling** (one `sluicegate bench` process, direct to the "
+        f"upstream on the same 2 cores): {tables.number(direct_best)} requests/s. Gateway "
+        f"sweep steps where it used ≥ {GENERATOR_SATURATED:g} of a core or its loop ran a "
+        f"timer ≥ {GENERATOR_LAG_STALLS * plan.stall_s * 1000:g} ms late: {steps or 'none'}.",
+    ]
+
+
+def _streams_reading(rounds: Rounds, names: Sequence[str]) -> list[str]:
+    """The streams each peer sustained, and in how many rounds the generator (not the
+    peer) ended its ramp."""
+    parts = []
+    for name in names:
+        results = rounds.of(name)
+        sustained = median(float(r.streams_sustained or 0) for r in results)
+        by_generator = sum(1 for r in results if "load generator" in r.streams_stop)
+        parts.append(
+            f"{name} {tables.number(sustained)}"
+            + (f" ({by_generator} of {len(results)} ramps ended with the load generator "
+               "or the cores saturated)" if by_generator else "")
+        )  # fmt: skip
+    return [
+        "- **Concurrent streams sustained** (whole, no gap over the stall limit; median "
+        f"of rounds): {'; '.join(parts)}. direct's is the limit of the generator and the "
+        "upstream on these cores; the ramp's stops are listed under Streams."
+    ]
+
+
+def reading(rounds: Rounds, names: Sequence[str], litellms: Sequence[str], plan: Plan) -> str:
+    return "\n".join([
+        *_generator(rounds, names, plan), *_streams_reading(rounds, names),
+        *_aims(rounds, litellms, plan), *_loses(rounds, plan),
+        *_against_portkey(rounds, plan), *_memory(rounds, names),
+    ])  # fmt: skip
