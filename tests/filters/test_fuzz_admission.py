@@ -426,7 +426,8 @@ def test_the_record_reads_usage_members_as_the_body_parser_does(members: dict[st
     if members:
         namespace = struct_pb2.Struct()
         namespace.update(members)  # JSON values as Envoy's PROTOBUF_VALUE type keeps them
-        attributes[wire.RECORD_USAGE] = json_format.MessageToJson(namespace)
+        # On one line, as Envoy's access log formats it (the record is one field a line).
+        attributes[wire.RECORD_USAGE] = json_format.MessageToJson(namespace, indent=None)
     seen = decode(log_record(attributes), {})
 
     expected = {k: _as_envoy_number(v) for k, v in members.items()}
