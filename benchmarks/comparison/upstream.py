@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks.peers import Upstream
-from benchmarks.peers.processes import spawn, stop_session, tree, wait_http, wait_idle
+from benchmarks.peers.processes import start_server, stop_session, tree
 from sluicegate.testing import free_ports
 
 from .plan import ANSWER_TOKENS, CHUNK_INTERVAL_MS
@@ -47,12 +47,6 @@ def start_upstream(work: Path, workers: int = 1) -> FixedUpstreamProcess:
             "--model", MODEL, "--output-tokens", str(ANSWER_TOKENS),
             "--chunk-interval-ms", f"{CHUNK_INTERVAL_MS:g}", "--workers", str(workers)]  # fmt: skip
     log = work / "fixed-upstream.log"
-    process = spawn(argv, log, cwd=work, env=os.environ)
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(url + "/v1/models", process, lambda: log.read_text(errors="replace")[-2000:])
-        wait_idle(lambda: tree(process.pid))
-    except BaseException:
-        stop_session(process)
-        raise
+    process = start_server(argv, log, url + "/v1/models", cwd=work, env=os.environ)
     return FixedUpstreamProcess(process, Upstream(url, MODEL), argv)

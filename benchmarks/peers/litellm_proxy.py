@@ -28,7 +28,7 @@ import yaml
 from sluicegate.testing import free_ports
 
 from .peer import CACHE, UPSTREAM_KEY, RunningPeer, Upstream
-from .processes import spawn, stop_session, tree, wait_http, wait_idle
+from .processes import start_server, stop_session, tree
 
 VERSION: Final = "1.110.2"
 REQUIREMENTS: Final = (
@@ -146,20 +146,10 @@ class LitellmProxy:
         argv = [str(VENV / "bin" / "litellm"), "--config", str(config), "--host", "127.0.0.1",
                 "--port", str(port), "--num_workers", str(self.workers)]  # fmt: skip
         log_path = work / "litellm.log"
-        process = spawn(argv, log_path, cwd=work, env=env)
         url = f"http://127.0.0.1:{port}"
         headers = {"authorization": f"Bearer {key}"}
-        try:
-            wait_http(
-                f"{url}/v1/models",
-                process,
-                lambda: log_path.read_text(errors="replace")[-3000:],
-                headers,
-            )
-            wait_idle(lambda: tree(process.pid))
-        except BaseException:
-            stop_session(process)
-            raise
+        process = start_server(argv, log_path, f"{url}/v1/models", cwd=work, env=env,
+                               headers=headers)  # fmt: skip
 
         def stop() -> None:
             stop_session(process)

@@ -25,7 +25,7 @@ from typing import Final
 from sluicegate.testing import free_ports
 
 from .peer import CACHE, UPSTREAM_KEY, RunningPeer, Upstream
-from .processes import spawn, stop_session, tree, wait_http, wait_idle
+from .processes import start_server, stop_session, tree
 
 VERSION: Final = "1.15.2"
 NODE_SERVER: Final = "1.13.8"
@@ -108,14 +108,9 @@ class PortkeyGateway:
         argv = ["node", str(GATEWAY / "build" / "start-server.js"), f"--port={port}",
                 "--headless"]  # fmt: skip
         log_path = work / "portkey.log"
-        process = spawn(argv, log_path, cwd=work, env={**os.environ, "NODE_ENV": "production"})
         url = f"http://127.0.0.1:{port}"
-        try:
-            wait_http(url + "/", process, lambda: log_path.read_text(errors="replace")[-3000:])
-            wait_idle(lambda: tree(process.pid))
-        except BaseException:
-            stop_session(process)
-            raise
+        env = {**os.environ, "NODE_ENV": "production"}
+        process = start_server(argv, log_path, url + "/", cwd=work, env=env)
 
         def stop() -> None:
             stop_session(process)

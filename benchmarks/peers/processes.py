@@ -38,6 +38,28 @@ def spawn(
         )
 
 
+def start_server(
+    argv: list[str],
+    log_path: Path,
+    ready_url: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    headers: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """spawn a server, then wait until GET `ready_url` answers 200 and its tree is idle;
+    stops the whole session if it never gets there."""
+    process = spawn(argv, log_path, cwd=cwd, env=env)
+    try:
+        wait_http(ready_url, process, lambda: log_path.read_text(errors="replace")[-3000:],
+                  headers)  # fmt: skip
+        wait_idle(lambda: tree(process.pid))
+    except BaseException:
+        stop_session(process)
+        raise
+    return process
+
+
 def tree(pid: int) -> list[int]:
     """`pid` and every process under it, now (those already gone are left out)."""
     found, todo = [], [pid]
