@@ -10,7 +10,7 @@ the OpenTelemetry logs. The arms differ in one thing each:
 
 - base: set_metadata and the router only;
 - record log, as translated: the record's fields in one body (`record_log.py`);
-- record log as 13 attributes: the same format strings, one OTel attribute each (how it
+- record log as one attribute a field: the same format strings, one OTel attribute each (how it
   was sent before the body);
 - record log without the metadata JSON: the body without the two whole namespaces;
 - usage readers, as translated: json_to_metadata, the stream usage Lua filter and
