@@ -47,6 +47,8 @@ from sluicegate.envoy import EnvoyProcess
 from sluicegate.testing import free_ports
 from sluicegate.xds.translate import LISTENER, translate
 from sluicegate.xds.translate.record_log import RECORD_FORMATS, record_access_log
+from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
+from sluicegate.xds.translate.usage import STREAM_USAGE_FILTER
 
 from .harness.cli import benchmark_parser
 from .harness.processes import stop_tree, wait_listening
@@ -208,6 +210,12 @@ class Arm:
     logs: Callable[[], list[dict[str, Any]]] = lambda: []
     stream: bool = False
     metadata: Mapping[str, Any] = field(default_factory=lambda: METADATA)
+    reader: str = wire.USAGE_BY_LOG  # what the routing stage names (usage_reader.py)
+
+
+def _only(*names: str) -> Callable[[Path], list[dict[str, Any]]]:
+    """The usage readers named, as translated."""
+    return lambda work: [f for f in _usage_readers(work) if f["name"] in names]
 
 
 def _arms() -> dict[str, Arm]:
@@ -218,6 +226,8 @@ def _arms() -> dict[str, Arm]:
     )  # fmt: skip
     # A stream of a routing-only route (no reservation): Lua reads no chunk.
     unreserved = {k: v for k, v in METADATA.items() if k != wire.META_RESERVATION}
+    # A reserved stream whose usage event the gateway asked for: Lua counts and cuts.
+    cut = {**METADATA, wire.META_USAGE_INJECTED: "true"}
     return {
         "base": Arm(),
         "record log, as translated": Arm(logs=lambda: [_record_log()]),
@@ -229,14 +239,24 @@ def _arms() -> dict[str, Arm]:
         "usage readers and the record log": Arm(
             filters=_usage_readers, logs=lambda: [_record_log()]
         ),
-        "stream: base": Arm(stream=True),
+        "stream: base": Arm(stream=True, reader=wire.USAGE_BY_STREAM),
         "stream: usage readers, the client asked for usage, no reservation": Arm(
-            filters=_usage_readers, stream=True, metadata=unreserved
+            filters=_usage_readers, stream=True, metadata=unreserved, reader=wire.USAGE_BY_STREAM
         ),
         "stream: usage readers, usage asked by the gateway (cut), reserved (count)": Arm(
-            filters=_usage_readers,
+            filters=_usage_readers, stream=True, metadata=cut, reader=wire.USAGE_BY_STREAM_CHUNKS
+        ),
+        "stream: sse_to_metadata alone": Arm(
+            filters=_only(SSE_TO_METADATA_FILTER),
             stream=True,
-            metadata={**METADATA, wire.META_USAGE_INJECTED: "true"},
+            metadata=unreserved,
+            reader=wire.USAGE_BY_STREAM,
+        ),
+        "stream: the Lua filter alone, cut and count": Arm(
+            filters=_only(STREAM_USAGE_FILTER),
+            stream=True,
+            metadata=cut,
+            reader=wire.USAGE_BY_STREAM_CHUNKS,
         ),
     }
 
@@ -253,9 +273,8 @@ def _front(port: int, upstream: int, sink: int, arm: Arm, work: Path) -> dict[st
     )
 
 
-def _wrk(url: str, seconds: int, stream: bool) -> tuple[float, float]:
-    """wrk -c1: (p50 µs, mean µs per request)."""
-    reader = wire.USAGE_BY_STREAM if stream else wire.USAGE_BY_LOG
+def _wrk(url: str, seconds: int, reader: str) -> tuple[float, float]:
+    """wrk -c1, the request marked for `reader`: (p50 µs, mean µs per request)."""
     out = subprocess.run(
         ["wrk", "-c1", "-t1", f"-d{seconds}s", "--latency",
          "-H", f"{wire.USAGE_HEADER}: {reader}", url],
@@ -275,19 +294,20 @@ def _check_the_cut(urls: dict[str, str], arms: dict[str, Arm]) -> None:
     for name, arm in arms.items():
         if not arm.stream:
             continue
-        request = urllib.request.Request(
-            urls[name], headers={wire.USAGE_HEADER: wire.USAGE_BY_STREAM}
-        )
+        request = urllib.request.Request(urls[name], headers={wire.USAGE_HEADER: arm.reader})
         with urllib.request.urlopen(request, timeout=5) as response:
             text = response.read().decode()
-        cut = wire.META_USAGE_INJECTED in arm.metadata
+        cut = wire.META_USAGE_INJECTED in arm.metadata and any(
+            f["name"] == STREAM_USAGE_FILTER for f in arm.filters(Path(tempfile.mkdtemp()))
+        )
         if ('"usage"' in text) == cut or text.count('"content"') != 16:
             raise RuntimeError(f"{name}: the stream was not read as meant:\n{text}")
 
 
-def run(rounds: int, seconds: int) -> str:
+def run(rounds: int, seconds: int, only: str | None = None) -> str:
     work = Path(tempfile.mkdtemp(prefix="record-log-cost-"))
-    arms = _arms()
+    arms = {name: arm for name, arm in _arms().items()
+            if only is None or only in name or name in ("base", "stream: base")}  # fmt: skip
     upstream, sink, *ports = free_ports(2 + len(arms))
     sink_process = subprocess.Popen([sys.executable, "-c", SINK, str(sink)])
     envoys = [EnvoyProcess(_upstream(upstream), work_dir=work / "upstream", concurrency=1)]
@@ -306,14 +326,15 @@ def run(rounds: int, seconds: int) -> str:
         names = list(arms)
         _check_the_cut(urls, arms)
         for name in names:
-            _wrk(urls[name], 1, arms[name].stream)  # warm: connections, the first Lua state
+            _wrk(urls[name], 1, arms[name].reader)  # warm: connections, the first Lua state
         for index in range(rounds):
             for name in names[index % len(names) :] + names[: index % len(names)]:
-                results[name].append(_wrk(urls[name], seconds, arms[name].stream))
+                results[name].append(_wrk(urls[name], seconds, arms[name].reader))
     finally:
         for envoy in envoys:
             envoy.stop_blocking()
         stop_tree(sink_process)
+
     def base(name: str) -> list[tuple[float, float]]:
         return results["stream: base" if arms[name].stream else "base"]
 
@@ -331,8 +352,11 @@ def run(rounds: int, seconds: int) -> str:
         added_mean = median([a - b for a, (_, b) in zip(means, base(name), strict=True)])
         lines.append(f"| {name} | {median(p50s):.1f} | {added_p50:+.1f} | "
                      f"{median(means):.1f} | {added_mean:+.1f} |")  # fmt: skip
-    lines += ["", "Medians of the rounds; the added figures are per round (a stream's against "
-              "`stream: base`), then their median."]
+    lines += [
+        "",
+        "Medians of the rounds; the added figures are per round (a stream's against "
+        "`stream: base`), then their median.",
+    ]
     return "\n".join(lines)
 
 
@@ -340,8 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = benchmark_parser(__doc__, write_help=None)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm and round")
+    parser.add_argument("--only", help="the arms whose name has this text (and their base)")
     args = parser.parse_args(argv)
-    print(run(args.rounds, args.seconds))
+    print(run(args.rounds, args.seconds, args.only))
     return 0
 
 

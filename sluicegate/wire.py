@@ -150,16 +150,21 @@ USAGE_VIA_OBSERVER: Final = "observer"
 META_USAGE_INJECTED: Final = "usage_injected"
 # Set by the routing stage on every request it routes: who reads the usage.
 # USAGE_BY_LOG: a small JSON answer (json_to_metadata reads its usage); USAGE_BY_STREAM: an
-# event stream (sse_to_metadata reads its usage event, a Lua filter counts content events);
-# both reach the ext_proc servers in the request record. USAGE_BY_OBSERVER: a large JSON
-# answer with a reservation (the usage observer reads it in Python); USAGE_UNREAD: nobody
-# reads. Stripped before routing when a client sends it, and before a provider sees it.
+# event stream (sse_to_metadata reads its usage event); USAGE_BY_STREAM_CHUNKS: an event
+# stream whose chunks a Lua filter also reads, to cut the usage event the gateway asked for
+# or to count content events for a reservation; all reach the ext_proc servers in the
+# request record. USAGE_BY_OBSERVER: a large JSON answer with a reservation (the usage
+# observer reads it in Python); USAGE_UNREAD: nobody reads. Stripped before routing when a
+# client sends it, and before a provider sees it.
 USAGE_HEADER: Final = "x-sluicegate-usage"
 USAGE_BY_LOG: Final = "log"
 USAGE_BY_STREAM: Final = "stream"
+USAGE_BY_STREAM_CHUNKS: Final = "stream-chunks"
 USAGE_BY_OBSERVER: Final = "observer"
 USAGE_UNREAD: Final = "none"
-USAGE_READERS: Final = (USAGE_BY_LOG, USAGE_BY_STREAM, USAGE_BY_OBSERVER, USAGE_UNREAD)
+USAGE_READERS: Final = (
+    USAGE_BY_LOG, USAGE_BY_STREAM, USAGE_BY_STREAM_CHUNKS, USAGE_BY_OBSERVER, USAGE_UNREAD
+)  # fmt: skip
 # Set (value "true") by the routing stage, with the model header, on a request whose body
 # has `"stream": true`: it selects the model route's stream twin, whose attempts wait
 # timeouts.first_token (xds/translate/streams.py). Stripped before routing when a client

@@ -3,8 +3,10 @@
 The routing stage tells Envoy, in wire.USAGE_HEADER, which filter reads the usage of
 each request it routes (xds/translate/usage.py wraps each reader in a matcher on it):
 
-- a stream: Envoy's sse_to_metadata and the stream usage Lua filter
-  (xds/translate/stream_usage.py);
+- a stream: Envoy's sse_to_metadata, and the stream usage Lua filter when the stream
+  needs its chunks read: a usage event to cut (asked for the client), or content events
+  to count (a reservation to charge) (xds/translate/stream_usage.py; a Lua filter costs
+  Envoy even when it reads no chunk);
 - a small JSON answer: Envoy's json_to_metadata;
 - a large JSON answer with a reservation: the usage observer, in Python; without one,
   nobody (Envoy would parse it whole in its worker, about 40 ms a MB:
@@ -78,14 +80,21 @@ def asks_usage(path: str | None, *, has_stream_options: bool, allowed: bool = Tr
     return allowed and not has_stream_options and endpoint(path).endswith(_INJECT_ENDPOINTS)
 
 
+def stream_reader(*, cut: bool, reserved: bool) -> str:
+    """The reader of a stream: its chunks are read (Lua) only to cut the usage event the
+    gateway asked for or to count content events for a reservation."""
+    return wire.USAGE_BY_STREAM_CHUNKS if cut or reserved else wire.USAGE_BY_STREAM
+
+
 def with_usage_asked(body: bytes) -> bytes:
     """The body answer piece that sends `body` with `stream_options.include_usage` (spliced
     after the object's opening brace: a body that parsed is an object with a member, so a
-    comma follows) and its new length; merge it into the routed answer."""
+    comma follows) and its new length; merge it into the routed answer. Its usage event
+    is cut, so the stream's chunks are read."""
     at = body.index(b"{") + 1
     new_body = body[:at] + _INCLUDE_USAGE + body[at:]
     length = set_header("content-length", str(len(new_body)).encode())
-    reader = set_header(wire.USAGE_HEADER, wire.USAGE_BY_STREAM.encode())
+    reader = set_header(wire.USAGE_HEADER, wire.USAGE_BY_STREAM_CHUNKS.encode())
     return request_body_answer(common([reader, length], new_body))
 
 
@@ -112,8 +121,9 @@ def usage_answer(
     usage event is asked for the client (`ask_allowed`: asks_usage's `allowed`)."""
     if stream:
         if asks_usage(path, has_stream_options=has_stream_options, allowed=ask_allowed):
-            return UsageReading(with_usage_asked(body), wire.USAGE_BY_STREAM, injected=True)
-        return UsageReading(READER_ANSWERS[wire.USAGE_BY_STREAM], wire.USAGE_BY_STREAM, False)
+            return UsageReading(with_usage_asked(body), wire.USAGE_BY_STREAM_CHUNKS, injected=True)
+        reader = stream_reader(cut=False, reserved=reserved)
+        return UsageReading(READER_ANSWERS[reader], reader, injected=False)
     reader = json_reader(
         path, logprobs=logprobs, output_allowance=output_allowance, reserved=reserved
     )
@@ -140,7 +150,7 @@ def routed_usage_answer(
     times a whole `n`. `members_read` False (one was repeated): a stream is sent as it is,
     and a JSON answer read by nobody."""
     if not members_read:
-        reader = wire.USAGE_BY_STREAM if stream else wire.USAGE_UNREAD
+        reader = stream_reader(cut=False, reserved=False) if stream else wire.USAGE_UNREAD
         return UsageReading(READER_ANSWERS[reader], reader, injected=False)
     cap = next(
         (v for name in MAX_TOKENS_MEMBERS if (v := _whole(members.get(name))) is not None), None

@@ -114,6 +114,18 @@ async def _answer(request: web.Request) -> web.StreamResponse:
         ]
         done = _event({"type": "response.output_text.done", "text": "t0t1t2"})
         return await _stream(request, [*deltas, done], cut=True)
+    if shape == "sse-tools-cut":  # text behind an empty `content`: reasoning, tool calls
+
+        def delta(**members: Any) -> bytes:
+            return _event({"id": "c1", "choices": [{"index": 0, "delta": members}]})
+
+        def call(arguments: str) -> list[dict[str, Any]]:
+            return [{"index": 0, "function": {"name": "f", "arguments": arguments}}]
+
+        thought = delta(content="", reasoning_content="thinking")  # 1 event with text
+        start = delta(role="assistant", content=None, tool_calls=call(""))  # none
+        calls = [delta(content=None, tool_calls=call(f'{{"a{i}":')) for i in range(CONTENT_CHUNKS)]
+        return await _stream(request, [thought, start, *calls], cut=True)
     if shape == "sse-empty":  # no event with text at all
         return await _stream(request, [b"data: [DONE]\n\n"])
     if shape == "sse-usage-whole":  # the stream in one body with its content-length

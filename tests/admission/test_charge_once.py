@@ -97,6 +97,10 @@ CASES = {
     "responses stream cut": Case(
         "sse-responses-cut", stream=True, source="counted", charged=f"counted:{CONTENT_CHUNKS}"
     ),
+    # Text after an empty or null `content` (reasoning, a tool call's arguments) counts.
+    "tool call stream cut": Case(
+        "sse-tools-cut", stream=True, source="counted", charged=f"counted:{CONTENT_CHUNKS + 1}"
+    ),
     # No event with text, usage never comes: a count of 0, not the estimate.
     "sse with no text": Case("sse-empty", stream=True, source="counted", charged="counted:0"),
     # A provider that ignores include_usage: counted.

@@ -371,8 +371,9 @@ def body_sent(answer: Any) -> bytes | None:
 
 
 async def test_who_reads_the_usage_follows_the_stream_flag(channel: grpc.aio.Channel) -> None:
-    """A stream's usage is read by Envoy (header "stream"), its usage event asked for the
-    client that did not ask (the body spliced, its length set, the record marked); a JSON
+    """A stream's usage is read by Envoy (header "stream-chunks": its chunks read to cut
+    and count), its usage event asked for the client that did not ask (the body spliced,
+    its length set, the record marked); a JSON
     answer's by json_to_metadata (header "log"). Neither is the observer's (no usage_via):
     their records charge them."""
     body = body_of("gpt-4o", max_tokens=20, stream=True)
@@ -382,7 +383,7 @@ async def test_who_reads_the_usage_follows_the_stream_flag(channel: grpc.aio.Cha
     assert values[wire.META_RESERVATION]
     assert wire.META_USAGE_VIA not in values
     assert values[wire.META_USAGE_INJECTED] == "true"
-    assert usage_header(answer) == b"stream"
+    assert usage_header(answer) == b"stream-chunks"
     assert streamed(answer)  # to the route's stream twin (timeouts.first_token)
     sent = body_sent(answer)
     assert sent is not None
@@ -423,7 +424,7 @@ async def test_a_stream_is_sent_as_the_client_wrote_it_unless_usage_must_be_aske
     await stream.headers(TEAM, path=path)
     answer = await stream.body(json.dumps(document).encode())
     assert routed_model(answer) == "gpt-4o"
-    assert usage_header(answer) == b"stream"
+    assert usage_header(answer) == b"stream-chunks"  # reserved: its text events counted
     assert body_sent(answer) is None
     assert wire.META_USAGE_INJECTED not in metadata_of(answer)
     await stream.close()
@@ -748,7 +749,9 @@ async def test_a_route_asks_for_usage_only_if_every_provider_allows_it(tenants: 
             answer = await stream.body(body_of(model, max_tokens=5, stream=True))
             await stream.close()
             assert routed_model(answer) == model
-            assert usage_header(answer) == b"stream"
+            # Chunks are read to cut the usage event asked for the client (nothing here
+            # reserves tokens, so none to count).
+            assert usage_header(answer) == (b"stream-chunks" if asked else b"stream"), model
             assert (body_sent(answer) is not None) is asked, model
             assert (wire.META_USAGE_INJECTED in metadata_of(answer)) is asked, model
 
@@ -776,4 +779,6 @@ tenants:
             assert values["ratelimit_limit_requests"] == "100"
             assert wire.META_RESERVATION not in values
             assert wire.META_USAGE_VIA not in values
-            assert usage_header(answer) in (b"stream", b"none")
+            # The stream's chunks are read for the usage event asked for it (cut), not
+            # to count: that is the Lua filter's business (no reservation in the metadata).
+            assert usage_header(answer) in (b"stream-chunks", b"none")

@@ -89,17 +89,18 @@ def test_json_answers_with_parameters_have_their_usage_read() -> None:
 
 
 READERS = {
-    "sluicegate.usage_observer": wire.USAGE_BY_OBSERVER,
-    "envoy.filters.http.json_to_metadata": wire.USAGE_BY_LOG,
-    "sluicegate.stream_usage": wire.USAGE_BY_STREAM,
-    "envoy.filters.http.sse_to_metadata": wire.USAGE_BY_STREAM,
+    "sluicegate.usage_observer": {wire.USAGE_BY_OBSERVER},
+    "envoy.filters.http.json_to_metadata": {wire.USAGE_BY_LOG},
+    "sluicegate.stream_usage": {wire.USAGE_BY_STREAM_CHUNKS},
+    "envoy.filters.http.sse_to_metadata": {wire.USAGE_BY_STREAM, wire.USAGE_BY_STREAM_CHUNKS},
 }
 
 
 def test_each_usage_reader_runs_only_for_the_requests_given_it() -> None:
-    """The routing stage names one reader per request (usage_reader.py); every other is
-    skipped. The Lua filter is listed before sse_to_metadata, so on the way back
-    sse_to_metadata reads the usage event before the Lua filter cuts it."""
+    """The routing stage names one reader per request (usage_reader.py); every filter not
+    its is skipped: the Lua filter runs only on a stream whose chunks must be read. The Lua
+    filter is listed before sse_to_metadata, so on the way back sse_to_metadata reads the
+    usage event before the Lua filter cuts it."""
     filters = hcm("token_limits").http_filters
     names = [f.name for f in filters if f.name in READERS]
     assert names == list(READERS)
@@ -109,7 +110,7 @@ def test_each_usage_reader_runs_only_for_the_requests_given_it() -> None:
         wrapper = extension_matcher_pb2.ExtensionWithMatcher()
         assert http_filter.typed_config.Unpack(wrapper)
         skipped = dict(wrapper.xds_matcher.matcher_tree.exact_match_map.map)
-        assert set(skipped) == set(wire.USAGE_READERS) - {READERS[http_filter.name]}
+        assert set(skipped) == set(wire.USAGE_READERS) - READERS[http_filter.name]
         assert not wrapper.xds_matcher.HasField("on_no_match")
 
 

@@ -1,7 +1,8 @@
 """A stream's usage, read by Envoy: no Python sees any chunk (docs/admission.md,
 "Reserve, then reconcile").
 
-Two filters run on a response the routing stage marked wire.USAGE_BY_STREAM:
+Two filters run on a response the routing stage marked wire.USAGE_BY_STREAM_CHUNKS, the
+first alone on one marked wire.USAGE_BY_STREAM (filters/usage_reader.py chooses):
 
 - `sse_to_metadata` reads the usage event of an event stream (`usage.prompt_tokens` …,
   or the Responses API's `response.usage`) into wire.USAGE_METADATA_NAMESPACE; the request
@@ -16,9 +17,11 @@ Two filters run on a response the routing stage marked wire.USAGE_BY_STREAM:
   client receives the stream it asked for: only OpenAI's include_usage event, whose
   `choices` is empty (usage a provider also puts on a content event stays), and whole
   (until it is cut, an event split over chunks is held back until its end, which no
-  client could read sooner). A stream that needs neither is not read (each chunk a Lua
-  filter reads costs Envoy about 20 µs: benchmarks/RESULTS.md, "Streams: usage read by
-  Envoy, before and after"); one that needs only the cut is read until the cut.
+  client could read sooner). A stream that needs neither is marked for sse_to_metadata
+  alone: a Lua filter costs Envoy even when it reads no chunk (benchmarks/RESULTS.md,
+  "Streams at concurrency 1: the Lua filter only where needed"), and each chunk it reads
+  about 20 µs ("Streams: usage read by Envoy, before and after"); one that needs only
+  the cut is read until the cut.
 
 sse_to_metadata must see the usage event before the Lua filter cuts it: response filters
 run in the reverse of their order in the chain, so it is listed after the Lua filter.
@@ -69,24 +72,37 @@ _USAGE_PATHS: Final = (
 STREAM_USAGE_LUA: Final = rf"""
 local NAMESPACE = "{wire.USAGE_METADATA_NAMESPACE}"
 local COUNT_KEY = "{wire.USAGE_CONTENT_EVENTS}"
-local KEYS = {{"content", "reasoning_content", "reasoning", "refusal", "arguments", "text",
-              "delta"}}
-local PATTERNS = {{}}
-for i, key in ipairs(KEYS) do PATTERNS[i] = '"' .. key .. '":%s*"' end
+local KEYS = {{'"content":', '"reasoning_content":', '"reasoning":', '"refusal":',
+              '"arguments":', '"text":', '"delta":'}}
+
+-- Whether some `key` (with its colon) in `line` is followed by a non-empty string. Plain
+-- searches: a pattern is tried at every byte of the line, a plain search is memchr's.
+local function has_string(line, key)
+  local init = 1
+  while true do
+    local _, stop = string.find(line, key, init, true)
+    if stop == nil then return false end
+    local first = string.match(line, '^%s*"(.)', stop + 1)
+    if first ~= nil and first ~= '"' then return true end
+    init = stop + 1
+  end
+end
 
 local function has_text(line)
-  local _, kind = string.find(line, '"type":%s*"response%.')
-  if kind ~= nil then
-    -- The Responses API: only a `*.delta` event is new text; its `*.done` events and
-    -- `response.completed` repeat what the deltas carried.
-    local close = string.find(line, '"', kind + 1, true)
-    if close == nil or string.sub(line, close - 6, close - 1) ~= ".delta" then return false end
-    local _, stop = string.find(line, '"delta":%s*"')
-    return stop ~= nil and string.sub(line, stop + 1, stop + 1) ~= '"'
+  if string.find(line, '"response.', 1, true) ~= nil then
+    local _, kind = string.find(line, '"type":%s*"response%.')
+    if kind ~= nil then
+      -- The Responses API: only a `*.delta` event is new text; its `*.done` events and
+      -- `response.completed` repeat what the deltas carried.
+      local close = string.find(line, '"', kind + 1, true)
+      if close == nil or string.sub(line, close - 6, close - 1) ~= ".delta" then
+        return false
+      end
+      return has_string(line, '"delta":')
+    end
   end
-  for _, pattern in ipairs(PATTERNS) do
-    local _, stop = string.find(line, pattern)
-    if stop ~= nil and string.sub(line, stop + 1, stop + 1) ~= '"' then return true end
+  for _, key in ipairs(KEYS) do
+    if has_string(line, key) then return true end
   end
   return false
 end
@@ -102,6 +118,8 @@ end
 
 -- The end of the last blank line in `text` (0: none); after it, an event not yet whole.
 local function last_boundary(text)
+  -- Most chunks end an event: no search.
+  if string.sub(text, -2) == "\n\n" or string.sub(text, -3) == "\n\r\n" then return #text end
   local last, init = 0, 1
   while true do
     local _, stop = string.find(text, "\n\r?\n", init)
@@ -163,7 +181,8 @@ function envoy_on_response(handle)
       if string.find(carry, "^data: %[DONE%]") ~= nil then carry, whole = "", #text end
       local events, changed = string.sub(text, 1, whole), held or carry ~= ""
       if counts then count = count + text_events(events) end
-      if string.find(events, '"usage":%s*{{') ~= nil then
+      if string.find(events, '"usage":', 1, true) ~= nil
+          and string.find(events, '"usage":%s*{{') ~= nil then
         local kept, done = without_usage_event(events)
         if done then
           events, changed, cut = kept .. carry, true, false

@@ -7,8 +7,8 @@ other values:
 
 - A small JSON answer (USAGE_BY_LOG): Envoy's json_to_metadata filter reads the `usage`
   members of the body into dynamic metadata (wire.USAGE_METADATA_NAMESPACE).
-- An event stream (USAGE_BY_STREAM): sse_to_metadata and a Lua filter
-  (stream_usage.py), in Envoy, chunk by chunk.
+- An event stream (USAGE_BY_STREAM, USAGE_BY_STREAM_CHUNKS): sse_to_metadata, and for
+  the second a Lua filter that reads its chunks (stream_usage.py), in Envoy.
 - A large JSON answer with a reservation (USAGE_BY_OBSERVER): the usage observer, an
   ext_proc filter in observability mode, parses it in Python (Envoy would parse it whole
   in its worker, about 40 ms a MB). Only with token limits.
@@ -53,26 +53,31 @@ def usage_filters(limits: Limits, *, counts_tokens: bool) -> list[hcm_pb2.HttpFi
     filters = []
     if counts_tokens:
         observer = pack(usage_observer_config(limits))
-        filters.append(_only_for(USAGE_FILTER, observer, wire.USAGE_BY_OBSERVER))
+        filters.append(_only_for(USAGE_FILTER, observer, (wire.USAGE_BY_OBSERVER,)))
+    streams = (wire.USAGE_BY_STREAM, wire.USAGE_BY_STREAM_CHUNKS)
     filters += [
-        _only_for(JSON_TO_METADATA_FILTER, _usage_to_metadata(), wire.USAGE_BY_LOG),
+        _only_for(JSON_TO_METADATA_FILTER, _usage_to_metadata(), (wire.USAGE_BY_LOG,)),
         _only_for(
-            STREAM_USAGE_FILTER, stream_usage_lua_config(), wire.USAGE_BY_STREAM, LUA_FILTER
+            STREAM_USAGE_FILTER,
+            stream_usage_lua_config(),
+            (wire.USAGE_BY_STREAM_CHUNKS,),
+            LUA_FILTER,
         ),
-        _only_for(SSE_TO_METADATA_FILTER, sse_to_metadata_config(), wire.USAGE_BY_STREAM),
+        _only_for(SSE_TO_METADATA_FILTER, sse_to_metadata_config(), streams),
     ]
     return filters
 
 
 def _only_for(
-    name: str, config: any_pb2.Any, reader: str, extension: str | None = None
+    name: str, config: any_pb2.Any, readers: tuple[str, ...], extension: str | None = None
 ) -> hcm_pb2.HttpFilter:
-    """The filter `name`, skipped for a request whose wire.USAGE_HEADER names another
-    reader. Without the header (an answer Envoy made itself, which no routing stage saw)
-    it runs: each reader passes over what is not its media type."""
+    """The filter `name`, skipped for a request whose wire.USAGE_HEADER names a reader not
+    in `readers`. Without the header (an answer Envoy made itself, which no routing stage
+    saw) or with a value this config does not know (a newer routing stage) it runs: each
+    reader passes over what is not its media type."""
     tree = request_header_tree(wire.USAGE_HEADER)
     for value in wire.USAGE_READERS:
-        if value != reader:
+        if value not in readers:
             tree.exact_match_map.map[value].CopyFrom(skip_filter())
     return filter_with_matcher(name, config, matcher_pb2.Matcher(matcher_tree=tree), extension)
 
