@@ -260,3 +260,33 @@ def local_reply_code(status: int, details: str, flags: Iterable[str]) -> str | N
         if reply.status == status and reply.answered_as is None:
             return reply.code
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class BodyError:
+    """A request Envoy answers itself when it routes without Python (docs/fast-lane.md):
+    the body Envoy could not route by."""
+
+    status: int
+    code: str
+    message: str
+    param: str | None
+
+
+# The routing stage's own wording. A body that is not JSON, one without `model`:
+INVALID_JSON_BODY: Final = BodyError(
+    400,
+    "invalid_json",
+    "We could not parse the JSON body of your request: it must be a JSON object encoded as UTF-8.",
+    None,
+)
+MISSING_MODEL_BODY: Final = BodyError(
+    400, "missing_model", "You must provide a model parameter.", "model"
+)
+BODY_ERRORS: Final = (INVALID_JSON_BODY, MISSING_MODEL_BODY)
+MODEL_NOT_SERVED: Final = BodyError(
+    404,
+    "model_not_found",
+    "The model does not exist or you do not have access to it.",
+    "model",
+)

@@ -17,6 +17,11 @@ from .summary import DIRECT, Rounds, frontier, median, sweep_step
 
 ADMISSION = "sluicegate-admission"
 ROUTING = "sluicegate-routing"
+FAST_ROUTING = "sluicegate-fast-routing"
+# Issue 12's aims for routing without Python, against plain Envoy.
+FAST_ADDED_P50_AIM_S = 0.0001
+FAST_THROUGHPUT_AIM = 0.8
+FAST_THROUGHPUT_CONCURRENCY = 32
 ENVOY = "envoy"
 PORTKEY = "portkey"
 
@@ -94,12 +99,40 @@ def _aims(rounds: Rounds, litellms: Sequence[str], plan: Plan) -> list[str]:
     return lines
 
 
+def _fast_lane_aims(rounds: Rounds) -> list[str]:
+    """Issue 12's aims for routing without Python (docs/fast-lane.md): at most 0.1 ms p50
+    more than plain Envoy at concurrency 1, at least 0.8x its requests/s at 32."""
+    if not rounds.of(FAST_ROUTING) or not rounds.of(ENVOY):
+        return []
+    lines = []
+    added = rounds.within([FAST_ROUTING, ENVOY, DIRECT], partial(_added_over_envoy, FAST_ROUTING))
+    middle = median(added)
+    if middle is not None:
+        verdict = "met" if middle <= FAST_ADDED_P50_AIM_S else "missed"
+        per_round = ", ".join(f"{value * 1000:+.3f}" for value in added)
+        lines.append(
+            f"- **Added p50 at concurrency 1, {FAST_ROUTING} over plain Envoy**: "
+            f"{middle * 1000:+.3f} ms (per round {per_round}); aim ≤ 0.1 ms: {verdict}."
+        )
+    at = FAST_THROUGHPUT_CONCURRENCY
+
+    def rate(r: PeerRound) -> float | None:
+        return s.requests_per_s if (s := sweep_step(r, at)) else None
+
+    lines += _aim(
+        f"Requests/s at concurrency {at}, {FAST_ROUTING} over plain Envoy",
+        rounds.ratios(FAST_ROUTING, ENVOY, rate), f"≥ {FAST_THROUGHPUT_AIM}x",
+        lambda v: v >= FAST_THROUGHPUT_AIM,
+    )  # fmt: skip
+    return lines
+
+
 def _loses(rounds: Rounds, plan: Plan) -> list[str]:
     """sluicegate against plain Envoy with sluicegate's own routes: what ext_proc costs."""
     cpu = _cpu_at(plan)
     envoy_best = rounds.median(ENVOY, lambda r: frontier(r, None))
     lines = []
-    for name in (ROUTING, ADMISSION):
+    for name in (ROUTING, FAST_ROUTING, ADMISSION):
         if not rounds.of(name) or not rounds.of(ENVOY):
             continue
         added = median(rounds.within([name, ENVOY, DIRECT], partial(_added_over_envoy, name)))
@@ -223,6 +256,6 @@ def _streams_reading(rounds: Rounds, names: Sequence[str]) -> list[str]:
 def reading(rounds: Rounds, names: Sequence[str], litellms: Sequence[str], plan: Plan) -> str:
     return "\n".join([
         *_generator(rounds, names, plan), *_streams_reading(rounds, names),
-        *_aims(rounds, litellms, plan), *_loses(rounds, plan),
+        *_aims(rounds, litellms, plan), *_fast_lane_aims(rounds), *_loses(rounds, plan),
         *_against_portkey(rounds, plan), *_memory(rounds, names),
     ])  # fmt: skip

@@ -19,13 +19,15 @@ def cores() -> int:
 
 
 def peers(work: Path, *, envoy_concurrency: int = 1) -> dict[str, Peer]:
-    """direct, envoy, sluicegate-routing, sluicegate-admission, litellm-1, litellm-N
+    """direct, envoy, sluicegate-routing, sluicegate-fast-routing, sluicegate-admission,
+    litellm-1, litellm-N
     (N = cores), portkey; each keeps its files of a run under `work`."""
     found: list[Peer] = [
         Direct(),
         PlainEnvoy(work, concurrency=envoy_concurrency),
-        SluicegateStack(work, admission=False, envoy_concurrency=envoy_concurrency),
-        SluicegateStack(work, admission=True, envoy_concurrency=envoy_concurrency),
+        SluicegateStack(work, kind="routing", envoy_concurrency=envoy_concurrency),
+        SluicegateStack(work, kind="fast-routing", envoy_concurrency=envoy_concurrency),
+        SluicegateStack(work, kind="admission", envoy_concurrency=envoy_concurrency),
         LitellmProxy(work, workers=1),
         LitellmProxy(work, workers=cores()),
         PortkeyGateway(work),

@@ -1,7 +1,8 @@
 """The sluicegate documents the peers share: `envoy` runs the translation of the
-routing-only one without ext_proc, `sluicegate-routing` serves it, and
-`sluicegate-admission` serves it with a tenant and a gate. One provider (the upstream),
-one route serving the upstream's model."""
+routing-only one without ext_proc, `sluicegate-routing` serves it, `sluicegate-fast-routing`
+serves it with `admission.lane: fast` (routed by Envoy alone), and `sluicegate-admission`
+serves it with a tenant and a gate. One provider (the upstream), one route serving the
+upstream's model."""
 
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ def routing_doc(upstream: Upstream, listen_port: int) -> dict[str, Any]:
             {"name": ROUTE, "models": [upstream.model], "backends": [{"provider": PROVIDER}]}
         ],
     }
+
+
+def fast_routing_doc(upstream: Upstream, listen_port: int) -> dict[str, Any]:
+    """routing_doc routed by Envoy alone (docs/fast-lane.md)."""
+    doc = routing_doc(upstream, listen_port)
+    doc["admission"] = {"lane": "fast"}
+    return doc
 
 
 def admission_doc(upstream: Upstream, listen_port: int, key: str) -> dict[str, Any]:

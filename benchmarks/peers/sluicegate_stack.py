@@ -1,6 +1,7 @@
-"""`sluicegate-routing` and `sluicegate-admission`: the real stack (`sluicegate up`:
-control plane, one ext_proc server, Envoy with one worker unless told) serving the
-documents of `documents.py`. What each does per request: ROUTING and ADMISSION."""
+"""`sluicegate-routing`, `sluicegate-fast-routing` and `sluicegate-admission`: the real
+stack (`sluicegate up`: control plane, one ext_proc server, Envoy with one worker unless
+told) serving the documents of `documents.py`. What each does per request: ROUTING,
+FAST_ROUTING and ADMISSION."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import importlib.metadata
 import itertools
 import secrets
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from benchmarks.harness.stack import UpStack
 from sluicegate.testing import free_ports
 
-from .documents import admission_doc, routing_doc
+from .documents import admission_doc, fast_routing_doc, routing_doc
 from .peer import RunningPeer, Upstream
 from .plain_envoy import envoy_version
 from .processes import tree, wait_idle
@@ -23,6 +24,12 @@ ROUTING: Final = (
     "per request), which routes the model and says who reads the usage; no key is checked, "
     "nothing is reserved or charged; Envoy sends each request's record (an access log "
     "batched every 100 ms) to the ext_proc server"
+)
+FAST_ROUTING: Final = (
+    "Envoy buffers the body and reads its `model` and `stream` itself (json_to_metadata), "
+    "matches the model's route on them and names the usage reader (a per-route "
+    "header_mutation): no ext_proc stream, no Python on the request path; Envoy sends "
+    "each request's record (an access log batched every 100 ms) to the ext_proc server"
 )
 ADMISSION: Final = (
     "as routing, plus: the client key (random per run, `Authorization: Bearer`) is checked "
@@ -37,11 +44,15 @@ ADMISSION: Final = (
 )
 
 
+Kind = Literal["routing", "fast-routing", "admission"]
+DOES: Final = {"routing": ROUTING, "fast-routing": FAST_ROUTING, "admission": ADMISSION}
+
+
 class SluicegateStack:
-    def __init__(self, work: Path, *, admission: bool, envoy_concurrency: int = 1) -> None:
-        self.name = "sluicegate-admission" if admission else "sluicegate-routing"
-        self.does = ADMISSION if admission else ROUTING
-        self.admission = admission
+    def __init__(self, work: Path, *, kind: Kind, envoy_concurrency: int = 1) -> None:
+        self.name = f"sluicegate-{kind}"
+        self.does = DOES[kind]
+        self.kind = kind
         self.work = work
         self.envoy_concurrency = envoy_concurrency
         self._runs = itertools.count(1)
@@ -58,10 +69,12 @@ class SluicegateStack:
     def start(self, upstream: Upstream) -> RunningPeer:
         (port,) = free_ports(1)
         headers: dict[str, str] = {}
-        if self.admission:
+        if self.kind == "admission":
             key = "sk-bench-" + secrets.token_hex(24)  # only its hash is written down
             doc = admission_doc(upstream, port, key)
             headers["authorization"] = f"Bearer {key}"
+        elif self.kind == "fast-routing":
+            doc = fast_routing_doc(upstream, port)
         else:
             doc = routing_doc(upstream, port)
         # `UpStack` passes --envoy-concurrency 1 first; a later one wins.

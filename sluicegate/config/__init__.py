@@ -11,10 +11,12 @@ Other rooms import from here only:
 from .addresses import is_ip_address, split_host_port
 from .admin_address import ADMIN_SOCKET_MODE, UNIX_PREFIX, AdminAddress, parse_admin_address
 from .admission import (
+    LANE_FAST,
     LIMIT_KINDS,
     Admission,
     ClientKey,
     Concurrency,
+    Lane,
     Limit,
     LimiterStoreConfig,
     LimitKind,
@@ -70,6 +72,7 @@ __all__ = [
     "ACCESS_LOG_STDOUT",
     "ADMIN_SOCKET_MODE",
     "DEFAULT_SCENARIO",
+    "LANE_FAST",
     "LIMIT_KINDS",
     "MAX_SCENARIOS",
     "ROUTING_LATENCY",
@@ -90,6 +93,7 @@ __all__ = [
     "FaultDelay",
     "HealthCheck",
     "Http2",
+    "Lane",
     "Limit",
     "LimitKind",
     "LimiterStoreConfig",

@@ -16,7 +16,7 @@ validate.py. This module imports nothing from schema.py because schema.py import
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -105,6 +105,10 @@ def _default_classes() -> list[PriorityClass]:
 
 StoreKind = Literal["memory", "redis"]
 OnFailure = Literal["fail_open", "fail_closed", "local"]
+# How requests are decided (docs/fast-lane.md): `exact` by the routing stage, in Python;
+# `fast` by Envoy alone (so far: a gateway with nothing to admit, routed without Python).
+Lane = Literal["exact", "fast"]
+LANE_FAST: Final = "fast"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -161,6 +165,8 @@ class Admission(_Section):
     # A request asking for more output tokens than this is refused with a 400.
     max_output_tokens: int = Field(default=1_000_000, ge=1, le=_MAX_TOKENS)
     store: LimiterStoreConfig = Field(default_factory=LimiterStoreConfig)
+    # Who decides each request: the routing stage (`exact`) or Envoy alone (`fast`).
+    lane: Lane = "exact"
 
     @property
     def class_names(self) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from .addresses import is_ip_address
 from .admin_address import parse_admin_address
-from .admission import Admission
+from .admission import LANE_FAST, Admission
 from .document import Document, KeyRef, SettingsRoute
 from .durations import format_duration_ms
 from .keyhash import parse_key_hash
@@ -506,6 +506,28 @@ def check_admission(doc: Document, at: Locator) -> Iterable[Problem]:
         )
 
 
+def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
+    """`lane: fast` routes in Envoy alone, which so far admits nothing: a config with
+    anything to admit (tenants, rate limits, concurrency gates) needs `exact`."""
+    if doc.admission is None or doc.admission.lane != LANE_FAST:
+        return
+    found = [f"{len(doc.tenants)} tenant(s)"] if doc.tenants else []
+    if any(route.rate_limits for _, route in doc.routes) or any(
+        provider.rate_limits for _, provider in doc.providers
+    ):
+        found.append("rate limits")
+    if any(route.concurrency for _, route in doc.routes) or any(
+        provider.concurrency for _, provider in doc.providers
+    ):
+        found.append("concurrency gates")
+    if found:
+        yield at.error(
+            ("admission", "lane"),
+            f"lane fast cannot yet admit requests, and this config has {', '.join(found)}: "
+            "use lane: exact (docs/fast-lane.md)",
+        )
+
+
 def _token_estimates(doc: Document, at: Locator, admission: Admission) -> Iterator[Problem]:
     """An estimate above max_output_tokens could never be asked for explicitly."""
     most = admission.max_output_tokens
@@ -676,6 +698,7 @@ RULES: tuple[Rule, ...] = (
     check_health_checks,
     check_resilience,
     check_admission,
+    check_lane,
     check_tenants,
     check_client_keys,
     check_scenarios,

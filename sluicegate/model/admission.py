@@ -33,6 +33,8 @@ class Admission:
     the routing stage may hold a request in a priority queue before answering.
     ext_proc_processes: how many ext_proc servers count limits and gates (config rule
     `Config.ext_proc_processes`): each gate's share is its total divided by it.
+    routed_by_envoy: `lane: fast` with nothing to admit: Envoy routes every request by
+    its model alone, and no routing stage runs (docs/fast-lane.md).
     """
 
     enabled: bool = False
@@ -46,6 +48,7 @@ class Admission:
     max_output_tokens: int = 1_000_000
     store: config.LimiterStoreConfig = field(default_factory=config.LimiterStoreConfig)
     ext_proc_processes: int = 1
+    routed_by_envoy: bool = False
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -73,8 +76,9 @@ def resolve_admission(cfg: config.Config) -> Admission:
         provider.concurrency is not None for provider in cfg.providers
     )
     waits = [klass.max_wait for klass in section.priority_classes] if gated else []
+    enabled = bool(cfg.tenants) or gated or bool(cfg.declared_rate_limits())
     return Admission(
-        enabled=bool(cfg.tenants) or gated or bool(cfg.declared_rate_limits()),
+        enabled=enabled,
         keys_required=bool(cfg.tenants),
         counts_tokens=cfg.counts_tokens(),
         longest_queue_wait_ms=max(waits, default=0),
@@ -85,4 +89,6 @@ def resolve_admission(cfg: config.Config) -> Admission:
         max_output_tokens=section.max_output_tokens,
         store=section.store,
         ext_proc_processes=cfg.ext_proc_processes(),
+        # Validation refuses `fast` with anything to admit (config rule check_lane).
+        routed_by_envoy=section.lane == config.LANE_FAST and not enabled,
     )

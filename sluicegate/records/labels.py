@@ -45,6 +45,9 @@ class Declared:
     scenarios: frozenset[str] = frozenset()
     # provider -> (client model -> provider model)
     model_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # route -> its scenario: a request no routing stage saw (routed by Envoy alone,
+    # docs/fast-lane.md) is reported under its route's.
+    route_scenarios: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_gateway(cls, gateway: Gateway) -> Declared:
@@ -59,6 +62,7 @@ class Declared:
             # Gateway.scenarios include the default scenario (config.DEFAULT_SCENARIO).
             scenarios=frozenset(gateway.scenarios),
             model_maps={p.name: dict(p.model_map) for p in gateway.providers if p.model_map},
+            route_scenarios={route.name: route.scenario for route in gateway.routes},
         )
 
     def labels(self, record: RequestRecord) -> tuple[str, str, str, str, str, str]:
@@ -69,5 +73,5 @@ class Declared:
             _bounded(record.model, self.models),
             _bounded(record.tenant, self.tenants),
             _bounded(record.priority, self.priorities),
-            _bounded(record.scenario, self.scenarios),
+            _bounded(record.scenario or self.route_scenarios.get(record.route, ""), self.scenarios),
         )

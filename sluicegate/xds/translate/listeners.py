@@ -51,6 +51,7 @@ from sluicegate.model import Admission, Gateway, Limits, Listener
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import duration_ms, duration_s, pack, struct
+from .envoy_routing import routing_filters
 from .error_bodies import error_body_filter
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
@@ -140,7 +141,8 @@ def request_timeout_ms(limits: Limits, admission: Admission) -> int:
 
 
 def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilter]:
-    """ext_proc routing (admission) → usage readers → fault → error bodies → router."""
+    """ext_proc routing (admission), or Envoy's own model reader (envoy_routing.py) →
+    usage readers → fault → error bodies → router."""
     # The routing stage writes dynamic metadata on every request (the request record's
     # facts, and with admission the reservation and the x-ratelimit-* values); Envoy drops
     # what a filter may not write into a namespace.
@@ -151,7 +153,10 @@ def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilt
         reads_metadata=False,
         longest_queue_wait_ms=admission.longest_queue_wait_ms,
     )
-    filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
+    if admission.routed_by_envoy:  # no routing stage: Envoy reads the model itself
+        filters = routing_filters()
+    else:
+        filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
     filters.extend(usage_filters(limits, counts_tokens=admission.counts_tokens))
     # After ext_proc: a drill applies to the route the model header selected.
     filters.append(fault_http_filter())

@@ -41,6 +41,7 @@ from sluicegate.model import Gateway, Route, match_order
 
 from ._ext_proc import EXT_PROC_FILTER
 from ._proto import pack, struct
+from .envoy_routing import answered_routes, model_routes
 from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE
 from .faults import FAULT_FILTER, route_fault
 from .memo import RouteMemo
@@ -123,13 +124,18 @@ def _routes(gateway: Gateway, memo: RouteMemo | None = None) -> list[rc.Route]:
             path = f"{prefix}models/{model}"
             build = partial(_model_listing, path, model, keyed=keyed)
             routes.append(build() if memo is None else memo.reuse(("listing", path, keyed), build))
+    by_envoy = gateway.admission.routed_by_envoy
     for route, route_models in match_order(gateway.routes):
-        build = partial(_model_routes, route, route_models)
+        build = partial(_model_routes, route, route_models, by_envoy=by_envoy)
         routes.extend(
-            build() if memo is None else memo.get("model_routes", route, gateway.limits, build)
+            build()
+            if memo is None
+            else memo.get(("model_routes", by_envoy), route, gateway.limits, build)
         )
     # Longest prefix first, so the most specific fallback is the one first matched.
     for prefix in sorted(gateway.path_prefixes, key=lambda p: (-len(p), p)):
+        if by_envoy:
+            routes.extend(answered_routes(prefix))
         routes.append(_not_found(prefix, ext_proc=True))
     if "/" not in gateway.path_prefixes:
         routes.append(_not_found("/", ext_proc=False))
@@ -184,8 +190,17 @@ def _json_route(path: str, body: bytes, *, keyed: bool) -> rc.Route:
     return route
 
 
-def _model_routes(route: Route, models: tuple[str, ...]) -> list[rc.Route]:
-    return [r for model in models for r in with_stream_twin(_model_route(route, model), route)]
+def _model_routes(route: Route, models: tuple[str, ...], *, by_envoy: bool) -> list[rc.Route]:
+    """Per model its stream twin and plain route, matched on the routing stage's headers,
+    or with `by_envoy` on the metadata Envoy read from the body (envoy_routing.py)."""
+    routes = []
+    for model in models:
+        twin, plain = with_stream_twin(_model_route(route, model), route)
+        if by_envoy:
+            routes.extend(model_routes(plain, twin, model, route.path_prefix))
+        else:
+            routes.extend((twin, plain))
+    return routes
 
 
 def _model_route(route: Route, model: str) -> rc.Route:

@@ -1,0 +1,129 @@
+"""Routing without Python (docs/fast-lane.md): `sluicegate up` on the quickstart without
+tenants or gates and with `admission.lane: fast`, requests through a real Envoy.
+
+Envoy reads the model itself: no request opens a stream to the routing stage's cluster
+(Envoy's own upstream request count for it stays 0), answers and errors are OpenAI's,
+and every request still reaches /metrics through its record.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluicegate import wire
+from sluicegate.testing import quickstart_on_free_ports
+from tests.e2e.stack import Stack, running_stack
+
+pytestmark = pytest.mark.e2e
+
+DURATION = "gen_ai_server_request_duration_seconds_count"
+# A model whose route renames nothing and shares one URL prefix: no attempt stage either.
+MODEL = "qwen-plus"
+
+
+def fast_lane_quickstart(tmp: Path) -> dict[str, Any]:
+    """The quickstart with nothing to admit (no tenants, no gate) and `lane: fast`."""
+    doc = quickstart_on_free_ports(tmp)
+    doc.pop("tenants")
+    for route in doc["routes"]:
+        route.pop("concurrency", None)
+    doc["admission"]["lane"] = "fast"
+    return doc
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp_path = tmp_path_factory.mktemp("fast_lane_routing")
+    with running_stack(tmp_path, fast_lane_quickstart(tmp_path)) as running:
+        yield running
+
+
+def _post(stack: Stack, body: bytes, path: str = "/v1/chat/completions") -> tuple[int, str, str]:
+    """(status, content-type, body)."""
+    request = urllib.request.Request(
+        stack.gateway + path, data=body, headers={"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, response.headers["content-type"], response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers["content-type"], err.read().decode()
+
+
+def _routing_streams(stack: Stack) -> int:
+    """Requests Envoy sent to the routing stage's cluster (each one ext_proc stream)."""
+    stats = stack.admin_json("/stats?format=json&filter=upstream_rq_total")["stats"]
+    name = f"cluster.{wire.EXT_PROC_CLUSTER}.upstream_rq_total"
+    (value,) = [s["value"] for s in stats if s["name"] == name]  # the cluster exists
+    return int(value)
+
+
+def _chat(stream: bool = False) -> bytes:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    return json.dumps(body).encode()
+
+
+def test_requests_are_routed_by_envoy_alone(stack: Stack) -> None:
+    status, media, text = _post(stack, _chat())
+    assert status == 200, text
+    assert media.startswith("application/json")
+    assert json.loads(text)["choices"][0]["message"]["content"]
+    status, media, text = _post(stack, _chat(stream=True))
+    assert status == 200, text
+    assert media.startswith("text/event-stream")
+    assert text.rstrip().endswith("data: [DONE]")
+    assert _routing_streams(stack) == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b'{"model": "qwen-plus", "messages": [', 400, "invalid_json"),
+        (b"not json at all", 400, "invalid_json"),
+        (b'{"messages": []}', 400, "missing_model"),
+        (b'{"model": "no-such-model", "messages": []}', 404, "model_not_found"),
+        (b'{"model": 5, "messages": []}', 404, "model_not_found"),
+    ],
+)
+def test_a_body_envoy_cannot_route_is_answered_in_openai_json(
+    stack: Stack, body: bytes, status: int, code: str
+) -> None:
+    answered, media, text = _post(stack, body)
+    assert (answered, media) == (status, "application/json"), text
+    error = json.loads(text)["error"]
+    assert error["code"] == code
+    assert error["type"] == "invalid_request_error"
+    assert _routing_streams(stack) == 0
+
+
+def test_every_request_still_reaches_the_metrics(stack: Stack) -> None:
+    """The record carries the model and route Envoy read: /metrics counts them, under the
+    route's scenario."""
+    for _ in range(3):
+        assert _post(stack, _chat())[0] == 200
+    url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
+    deadline = time.monotonic() + 15
+    found: list[str] = []
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        found = [
+            line
+            for line in text.splitlines()
+            if line.startswith(DURATION)
+            and f'model="{MODEL}"' in line
+            and 'route="qwen"' in line
+            and 'scenario="default"' in line
+        ]
+        if found and float(found[0].rsplit(" ", 1)[1]) >= 3:
+            break
+        time.sleep(0.1)
+    assert found and float(found[0].rsplit(" ", 1)[1]) >= 3, found
