@@ -265,26 +265,51 @@ def local_reply_code(status: int, details: str, flags: Iterable[str]) -> str | N
 @dataclass(frozen=True, slots=True)
 class BodyError:
     """A request Envoy answers itself when it routes without Python (docs/fast-lane.md):
-    the body Envoy could not route by."""
+    the body Envoy could not route by. `problem` is what the model reader found
+    (xds/translate/model_reader.py)."""
 
+    problem: str
     status: int
     code: str
     message: str
     param: str | None
 
 
-# The routing stage's own wording. A body that is not JSON, one without `model`:
-INVALID_JSON_BODY: Final = BodyError(
-    400,
-    "invalid_json",
-    "We could not parse the JSON body of your request: it must be a JSON object encoded as UTF-8.",
-    None,
+# The routing stage's own wording (filters/errors.py).
+BODY_ERRORS: Final = (
+    BodyError(
+        "json",
+        400,
+        "invalid_json",
+        "We could not parse the JSON body of your request: it must be a JSON object "
+        "encoded as UTF-8.",
+        None,
+    ),
+    BodyError("object", 400, "invalid_body", "The request body must be a JSON object.", None),
+    BodyError("model", 400, "missing_model", "You must provide a model parameter.", "model"),
+    BodyError(
+        "model_type", 400, "invalid_type", "Invalid type for 'model': expected a string.", "model"
+    ),
+    BodyError(
+        "stream", 400, "invalid_type", "Invalid type for 'stream': expected a boolean.", "stream"
+    ),
+    BodyError(
+        "duplicate_model",
+        400,
+        "duplicate_parameter",
+        "The 'model' parameter appears more than once in the request body.",
+        "model",
+    ),
+    BodyError(
+        "duplicate_stream",
+        400,
+        "duplicate_parameter",
+        "The 'stream' parameter appears more than once in the request body.",
+        "stream",
+    ),
 )
-MISSING_MODEL_BODY: Final = BodyError(
-    400, "missing_model", "You must provide a model parameter.", "model"
-)
-BODY_ERRORS: Final = (INVALID_JSON_BODY, MISSING_MODEL_BODY)
 MODEL_NOT_SERVED: Final = BodyError(
+    "model_not_served",
     404,
     "model_not_found",
     "The model does not exist or you do not have access to it.",

@@ -165,6 +165,15 @@ USAGE_UNREAD: Final = "none"
 USAGE_READERS: Final = (
     USAGE_BY_LOG, USAGE_BY_STREAM, USAGE_BY_STREAM_CHUNKS, USAGE_BY_OBSERVER, USAGE_UNREAD
 )  # fmt: skip
+# How a request's usage reader is chosen (filters/usage_reader.py, and Envoy's model
+# reader, xds/translate/model_reader.py): the endpoints whose JSON answers carry `usage`,
+# the members that cap the output tokens (the first present counts) or ask for log
+# probabilities, and the largest allowance of a JSON answer Envoy reads (about 16 KB of
+# text at worst, under a millisecond of Envoy's worker).
+GENERATION_ENDPOINTS: Final = ("/chat/completions", "/completions", "/responses")
+MAX_TOKENS_MEMBERS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+LOGPROBS_MEMBERS: Final = ("logprobs", "top_logprobs")
+LOG_MAX_OUTPUT_TOKENS: Final = 4096
 # Set (value "true") by the routing stage, with the model header, on a request whose body
 # has `"stream": true`: it selects the model route's stream twin, whose attempts wait
 # timeouts.first_token (xds/translate/streams.py). Stripped before routing when a client

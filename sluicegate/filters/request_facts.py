@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from sluicegate import wire
+
 from .estimate import estimate_span_tokens
 from .jsonbody import BodyError, Member, decode_utf8, find_members
 
@@ -19,9 +21,9 @@ MAX_N: Final = 128  # OpenAI's limit on `n`
 # system prompt; tools and functions are rendered into the prompt by providers.
 PROMPT_MEMBERS: Final = ("messages", "prompt", "input", "instructions", "tools", "functions")
 # Spellings of the output cap, first wins: chat (new, legacy) and the Responses API.
-MAX_TOKENS_MEMBERS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+MAX_TOKENS_MEMBERS: Final = wire.MAX_TOKENS_MEMBERS
 # Asking for log probabilities: the answer may then be many times the size of its text.
-LOGPROBS_MEMBERS: Final = ("logprobs", "top_logprobs")
+LOGPROBS_MEMBERS: Final = wire.LOGPROBS_MEMBERS
 READ_MEMBERS: Final = frozenset(
     (
         "model",

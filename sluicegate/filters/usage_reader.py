@@ -32,12 +32,10 @@ from .request_facts import MAX_TOKENS_MEMBERS, asks_logprobs
 from .responses import common, metadata_field, request_body_answer, set_header
 
 # Text generation endpoints: their JSON answers are read by Envoy when small.
-_LOGGED_ENDPOINTS: Final = ("/chat/completions", "/completions", "/responses")
+_LOGGED_ENDPOINTS: Final = wire.GENERATION_ENDPOINTS
 # Endpoints that take `stream_options.include_usage` (the Responses API always reports it).
 _INJECT_ENDPOINTS: Final = ("/chat/completions", "/completions")
-# The most output tokens a JSON answer Envoy reads may be allowed: about 16 KB of text at
-# worst, under a millisecond of Envoy's worker.
-LOG_MAX_OUTPUT_TOKENS: Final = 4096
+LOG_MAX_OUTPUT_TOKENS: Final = wire.LOG_MAX_OUTPUT_TOKENS
 _INCLUDE_USAGE: Final = b'"stream_options":{"include_usage":true},'
 
 # The reader as an answer to merge into the routed one.

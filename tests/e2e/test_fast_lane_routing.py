@@ -25,6 +25,7 @@ from tests.e2e.stack import Stack, running_stack
 pytestmark = pytest.mark.e2e
 
 DURATION = "gen_ai_server_request_duration_seconds_count"
+TOKENS = "gen_ai_client_token_usage_total"
 # A model whose route renames nothing and shares one URL prefix: no attempt stage either.
 MODEL = "qwen-plus"
 
@@ -88,9 +89,19 @@ def test_requests_are_routed_by_envoy_alone(stack: Stack) -> None:
     [
         (b'{"model": "qwen-plus", "messages": [', 400, "invalid_json"),
         (b"not json at all", 400, "invalid_json"),
+        (b'{"model": "qwen-plus"} and more', 400, "invalid_json"),
+        (b'{"mod\\u0065l": "qwen-plus"}', 400, "invalid_json"),  # a second `model`
+        (b"[1, 2]", 400, "invalid_body"),
         (b'{"messages": []}', 400, "missing_model"),
+        (b'{"model": ""}', 400, "missing_model"),
+        (b"", 400, "missing_model"),
+        (b'{"model": 5, "messages": []}', 400, "invalid_type"),
+        (b'{"model": "qwen-plus", "stream": "yes"}', 400, "invalid_type"),
+        (b'{"model": "qwen-plus", "model": "deepseek-chat"}', 400, "duplicate_parameter"),
+        (b'{"model": "qwen-plus", "stream": true, "stream": false}', 400, "duplicate_parameter"),
         (b'{"model": "no-such-model", "messages": []}', 404, "model_not_found"),
-        (b'{"model": 5, "messages": []}', 404, "model_not_found"),
+        # `model` inside another member is not the request's model
+        (b'{"metadata": {"model": "qwen-plus"}, "x": "\\"model\\": 1"}', 400, "missing_model"),
     ],
 )
 def test_a_body_envoy_cannot_route_is_answered_in_openai_json(
@@ -127,3 +138,47 @@ def test_every_request_still_reaches_the_metrics(stack: Stack) -> None:
             break
         time.sleep(0.1)
     assert found and float(found[0].rsplit(" ", 1)[1]) >= 3, found
+
+
+def _counts(stack: Stack) -> tuple[float, float]:
+    """(requests recorded, input tokens reported) for MODEL on /metrics."""
+    url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    requests = tokens = 0.0
+    for line in text.splitlines():
+        if f'model="{MODEL}"' not in line:
+            continue
+        if line.startswith(DURATION):
+            requests += float(line.rsplit(" ", 1)[1])
+        elif line.startswith(TOKENS) and 'type="input"' in line:
+            tokens += float(line.rsplit(" ", 1)[1])
+    return requests, tokens
+
+
+@pytest.mark.parametrize(
+    ("members", "read"),
+    [
+        ({}, True),  # a JSON answer: json_to_metadata reads its usage
+        ({"stream": True, "stream_options": {"include_usage": True}}, True),  # sse_to_metadata
+        ({"logprobs": True}, False),  # too long to parse in Envoy: read by nobody
+        ({"max_tokens": 5000}, False),
+        ({"max_tokens": 2000, "n": 3}, False),
+        ({"max_tokens": 2000, "n": 2}, True),
+    ],
+)
+def test_the_usage_reader_is_the_routing_stages(
+    stack: Stack, members: dict[str, Any], read: bool
+) -> None:
+    """The model reader names the usage reader by the routing stage's rule: a request's
+    record carries the answer's tokens exactly when that rule reads them."""
+    before = _counts(stack)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **members}
+    assert _post(stack, json.dumps(body).encode())[0] == 200
+    deadline = time.monotonic() + 15
+    after = _counts(stack)
+    while after[0] == before[0] and time.monotonic() < deadline:
+        time.sleep(0.1)
+        after = _counts(stack)
+    assert after[0] == before[0] + 1
+    assert (after[1] > before[1]) is read, (before, after)

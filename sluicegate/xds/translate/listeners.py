@@ -154,7 +154,7 @@ def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilt
         longest_queue_wait_ms=admission.longest_queue_wait_ms,
     )
     if admission.routed_by_envoy:  # no routing stage: Envoy reads the model itself
-        filters = routing_filters()
+        filters = routing_filters(admission.default_max_tokens)
     else:
         filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
     filters.extend(usage_filters(limits, counts_tokens=admission.counts_tokens))

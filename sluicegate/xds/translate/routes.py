@@ -197,7 +197,7 @@ def _model_routes(route: Route, models: tuple[str, ...], *, by_envoy: bool) -> l
     for model in models:
         twin, plain = with_stream_twin(_model_route(route, model), route)
         if by_envoy:
-            routes.extend(model_routes(plain, twin, model, route.path_prefix))
+            routes.extend(model_routes(plain, twin, model))
         else:
             routes.extend((twin, plain))
     return routes

@@ -1,0 +1,222 @@
+"""Where routing without Python spends its time: Envoy alone, arm by arm.
+
+Not collected by pytest. Run:  python -m benchmarks.fast_lane_cost [--rounds N] [--seconds S]
+
+One Envoy (one worker) per arm, each the translation of the same gateway with
+`admission.lane: fast` (docs/fast-lane.md) inlined into a static bootstrap, in front of the
+fixed-answer upstream of `sluicegate bench` (its own process), with the real ext_proc
+server taking the request records. wrk sends a chat completion (`--prompt-bytes` of text,
+1,200 unless told; `model` after the messages, as the OpenAI SDKs write it). The arms:
+
+- plain: Envoy's router only, to the upstream (the harness's plain gateway);
+- envoy peer: the comparison's `envoy` (benchmarks/peers/plain_envoy.py): sluicegate's
+  translation with the router alone (its route, cluster and header allowlist);
+- fast lane, as translated;
+- without the record access log;
+- without the usage readers (json_to_metadata on the answer, the stream readers);
+- without both: the model reader, the reader header and the routes, with the fault and
+  error-body filters;
+- without both, the fault and the error-body filters: the model reader, the reader
+  header and the routes alone beside the envoy peer's;
+- as translated without the fault filter, and without the error-body filter.
+
+Per arm and round: p50 at concurrency 1 (wrk -c1) and requests/s at concurrency 32
+(wrk -c32), the arms in turn, the order rotating; reported as medians of rounds and, per
+round, against plain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from benchmarks.harness.bootstraps import plain_gateway
+from benchmarks.harness.cli import benchmark_parser
+from benchmarks.harness.ext_proc_child import ExtProcChild
+from benchmarks.harness.processes import stop_tree, wait_listening
+from benchmarks.harness.results import machine, today
+from benchmarks.harness.stats import median
+from sluicegate.config import load_config
+from sluicegate.envoy import EnvoyProcess
+from sluicegate.model import build_model
+from sluicegate.testing import free_ports, static_bootstrap
+from sluicegate.xds.translate import translate
+from sluicegate.xds.translate.error_bodies import ERROR_BODY_FILTER
+from sluicegate.xds.translate.faults import FAULT_FILTER
+from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
+from sluicegate.xds.translate.usage import JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER
+
+from .latency_metrics import serve_ext_proc, without
+from .peers.plain_envoy import plain_bootstrap
+
+MODEL: Final = "fixed"
+
+
+def _body(prompt_bytes: int) -> str:
+    """A chat completion whose one message is `prompt_bytes` of text, `model` after it (as
+    the OpenAI SDKs write it)."""
+    return json.dumps({
+        "messages": [{"role": "user", "content": ("hello " * prompt_bytes)[:prompt_bytes]}],
+        "model": MODEL, "max_tokens": 20,
+    })  # fmt: skip
+
+
+READERS: Final = frozenset({JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER, SSE_TO_METADATA_FILTER})
+OTHERS: Final = frozenset({FAULT_FILTER, ERROR_BODY_FILTER})
+# Envoy on one core, the load (wrk, the upstream, the ext_proc server) on the other: at
+# concurrency 1 a p50 otherwise flips between two modes (about 0.4 and 1.1 ms) with where
+# the scheduler puts the three processes.
+ENVOY_CORE: Final = 0
+LOAD_CORE: Final = "1"
+# name -> (HTTP filters removed, access log removed); a str: a baseline's bootstrap.
+ARMS: Final[dict[str, tuple[frozenset[str], bool] | str]] = {
+    "plain": "plain",
+    "envoy peer": "envoy peer",
+    "fast lane, as translated": (frozenset(), False),
+    "without the record access log": (frozenset(), True),
+    "without the usage readers": (READERS, False),
+    "without both": (READERS, True),
+    "without both, the fault and the error-body filters": (READERS | OTHERS, True),
+    "without the fault filter": (frozenset({FAULT_FILTER}), False),
+    "without the error-body filter": (frozenset({ERROR_BODY_FILTER}), False),
+}
+
+
+def _document(listener: int, upstream: int) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "listeners": [{"name": "main", "address": "127.0.0.1", "port": listener}],
+        "providers": [{"name": "upstream", "base_url": f"http://127.0.0.1:{upstream}/v1"}],
+        "routes": [{"name": "bench", "models": [MODEL], "backends": [{"provider": "upstream"}]}],
+        "admission": {"lane": "fast"},
+    }
+
+
+def _bootstrap(
+    arm: tuple[frozenset[str], bool] | str, path: Path, upstream: int, port: int, ext_proc: int
+) -> dict[str, Any]:
+    if arm == "plain":
+        bootstrap = plain_gateway(upstream)
+        listener = bootstrap["static_resources"]["listeners"][0]
+        listener["address"]["socket_address"]["port_value"] = port
+        return bootstrap
+    if arm == "envoy peer":
+        doc = yaml.safe_load(path.read_text())
+        del doc["admission"]
+        work = path.parent / f"peer-{port}"
+        work.mkdir()
+        return plain_bootstrap(doc, work)
+    assert not isinstance(arm, str)
+    removed, log_off = arm
+    resources = without(translate(build_model(load_config(path), {})), removed,
+                        drop_access_log=log_off)  # fmt: skip
+    return static_bootstrap(resources, ext_proc_port=ext_proc)
+
+
+def _wrk(url: str, connections: int, seconds: int, script: Path) -> tuple[float, float]:
+    """(p50 µs, requests/s)."""
+    out = subprocess.run(
+        ["taskset", "-c", LOAD_CORE, "wrk", f"-c{connections}", "-t1", f"-d{seconds}s",
+         "--latency", "-s", str(script), url],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    found = re.search(r"50%\s+([\d.]+)(us|ms)", out)
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if found is None or rate is None or "Non-2xx" in out:
+        raise RuntimeError(f"wrk said:\n{out}")
+    return float(found.group(1)) * (1 if found.group(2) == "us" else 1000), float(rate.group(1))
+
+
+def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
+    work = Path(tempfile.mkdtemp(prefix="fast-lane-cost-"))
+    arms = {name: arm for name, arm in ARMS.items()
+            if only is None or only in name or isinstance(arm, str)}  # fmt: skip
+    upstream, *ports = free_ports(1 + len(arms))
+    script = work / "post.lua"
+    script.write_text(
+        f'wrk.method = "POST"\nwrk.body = {json.dumps(_body(prompt_bytes))}\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
+    files = {}
+    for name, port in zip(arms, ports, strict=True):
+        files[name] = work / f"sluicegate-{port}.yaml"
+        files[name].write_text(yaml.safe_dump(_document(port, upstream)))
+    fixed = subprocess.Popen(
+        ["taskset", "-c", LOAD_CORE, sys.executable, "-m", "sluicegate.bench.fixed_upstream",
+         "--port", str(upstream), "--model", MODEL, "--output-tokens", "20", "--workers", "1"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    envoys: list[EnvoyProcess] = []
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in arms}
+    first = str(next(iter(files.values())))
+    try:
+        with ExtProcChild(serve_ext_proc, first) as ext_proc:
+            os.sched_setaffinity(ext_proc.pid, {int(LOAD_CORE)})
+            for index, (name, arm) in enumerate(arms.items()):
+                bootstrap = _bootstrap(arm, files[name], upstream, ports[index], ext_proc.port)
+                envoy = EnvoyProcess(bootstrap, work_dir=work / f"envoy-{index}", concurrency=1)
+                envoys.append(envoy)
+                envoy.start_blocking()
+                assert envoy.pid is not None
+                os.sched_setaffinity(envoy.pid, {ENVOY_CORE})
+            wait_listening(upstream, 30.0)
+            urls = {name: f"http://127.0.0.1:{port}/v1/chat/completions"
+                    for name, port in zip(arms, ports, strict=True)}  # fmt: skip
+            for url in urls.values():
+                wait_listening(int(url.split(":")[2].split("/")[0]), 30.0)
+                _wrk(url, 4, 1, script)  # warm
+            names = list(arms)
+            for index in range(rounds):
+                for name in names[index % len(names) :] + names[: index % len(names)]:
+                    p50, _ = _wrk(urls[name], 1, seconds, script)
+                    _, rate = _wrk(urls[name], 32, seconds, script)
+                    results[name].append((p50, rate, 0.0))
+    finally:
+        for envoy in envoys:
+            envoy.stop_blocking()
+        stop_tree(fixed)
+    lines = [
+        f"{today()}; {machine()}; Envoy with 1 worker per arm; a {prompt_bytes:,}-byte prompt; "
+        f"wrk -t1 -c1 and -c32 for "
+        f"{seconds} s each per arm and round, {rounds} rounds (the arms in turn, the order "
+        "rotating)",
+        "",
+        "| arm | p50 µs (c=1) | added p50 µs | req/s (c=32) | x plain |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    plain = results["plain"]
+    for name in arms:
+        p50s = [p for p, _, _ in results[name]]
+        rates = [r for _, r, _ in results[name]]
+        added = median([a - b for a, (b, _, _) in zip(p50s, plain, strict=True)])
+        ratio = median([a / b for a, (_, b, _) in zip(rates, plain, strict=True)])
+        lines.append(f"| {name} | {median(p50s):.1f} | {added:+.1f} | {median(rates):,.0f} | "
+                     f"{ratio:.2f}x |")  # fmt: skip
+    lines += [
+        "",
+        "Medians of the rounds; added and ratios per round against plain, then their median.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = benchmark_parser(__doc__, write_help=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm, load, round")
+    parser.add_argument("--prompt-bytes", type=int, default=1200, help="the message's length")
+    parser.add_argument("--only", help="the arms whose name has this text (and the baselines)")
+    args = parser.parse_args(argv)
+    print(run(args.rounds, args.seconds, args.prompt_bytes, args.only))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
