@@ -263,7 +263,7 @@ def local_reply_code(status: int, details: str, flags: Iterable[str]) -> str | N
 
 
 @dataclass(frozen=True, slots=True)
-class BodyError:
+class BodyRefusal:
     """A request Envoy answers itself when it routes without Python (docs/fast-lane.md):
     the body Envoy could not route by. `problem` is what the model reader found
     (xds/translate/model_reader.py)."""
@@ -276,8 +276,8 @@ class BodyError:
 
 
 # The routing stage's own wording (filters/errors.py).
-BODY_ERRORS: Final = (
-    BodyError(
+BODY_REFUSALS: Final = (
+    BodyRefusal(
         "json",
         400,
         "invalid_json",
@@ -285,22 +285,22 @@ BODY_ERRORS: Final = (
         "encoded as UTF-8.",
         None,
     ),
-    BodyError("object", 400, "invalid_body", "The request body must be a JSON object.", None),
-    BodyError("model", 400, "missing_model", "You must provide a model parameter.", "model"),
-    BodyError(
+    BodyRefusal("object", 400, "invalid_body", "The request body must be a JSON object.", None),
+    BodyRefusal("model", 400, "missing_model", "You must provide a model parameter.", "model"),
+    BodyRefusal(
         "model_type", 400, "invalid_type", "Invalid type for 'model': expected a string.", "model"
     ),
-    BodyError(
+    BodyRefusal(
         "stream", 400, "invalid_type", "Invalid type for 'stream': expected a boolean.", "stream"
     ),
-    BodyError(
+    BodyRefusal(
         "duplicate_model",
         400,
         "duplicate_parameter",
         "The 'model' parameter appears more than once in the request body.",
         "model",
     ),
-    BodyError(
+    BodyRefusal(
         "duplicate_stream",
         400,
         "duplicate_parameter",
@@ -308,10 +308,29 @@ BODY_ERRORS: Final = (
         "stream",
     ),
 )
-MODEL_NOT_SERVED: Final = BodyError(
+MODEL_NOT_SERVED: Final = BodyRefusal(
     "model_not_served",
     404,
     "model_not_found",
     "The model does not exist or you do not have access to it.",
     "model",
 )
+
+
+# The routes that answer a refusal are named after it, so a record names its code.
+ANSWERED_ROUTE_PREFIX: Final = "answered-"
+
+
+def answered_route_name(refusal: BodyRefusal) -> str:
+    return ANSWERED_ROUTE_PREFIX + refusal.problem
+
+
+def answered_code(route: str) -> str | None:
+    """The code of the refusal a route named by answered_route_name answers (None: not
+    such a route)."""
+    if not route.startswith(ANSWERED_ROUTE_PREFIX):
+        return None
+    for refusal in (*BODY_REFUSALS, MODEL_NOT_SERVED):
+        if answered_route_name(refusal) == route:
+            return refusal.code
+    return None

@@ -148,7 +148,8 @@ USAGE_VIA_OBSERVER: Final = "observer"
 # the client did not ask for: Envoy's stream usage filter cuts the usage event out of what
 # the client receives (xds/translate/stream_usage.py).
 META_USAGE_INJECTED: Final = "usage_injected"
-# Set by the routing stage on every request it routes: who reads the usage.
+# Set by the routing stage (in the fast lane, by Envoy's model reader) on every request it
+# routes: who reads the usage.
 # USAGE_BY_LOG: a small JSON answer (json_to_metadata reads its usage); USAGE_BY_STREAM: an
 # event stream (sse_to_metadata reads its usage event); USAGE_BY_STREAM_CHUNKS: an event
 # stream whose chunks a Lua filter also reads, to cut the usage event the gateway asked for

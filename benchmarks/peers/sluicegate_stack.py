@@ -26,10 +26,10 @@ ROUTING: Final = (
     "batched every 100 ms) to the ext_proc server"
 )
 FAST_ROUTING: Final = (
-    "Envoy buffers the body and reads its `model` and `stream` itself (json_to_metadata), "
-    "matches the model's route on them and names the usage reader (a per-route "
-    "header_mutation): no ext_proc stream, no Python on the request path; Envoy sends "
-    "each request's record (an access log batched every 100 ms) to the ext_proc server"
+    "Envoy buffers the body and its model reader (a Lua filter walking the body's top "
+    "level) reads `model` and `stream` and names the usage reader; Envoy matches the "
+    "model's route on them: no ext_proc stream, no Python on the request path; Envoy "
+    "sends each request's record (an access log batched every 100 ms) to the ext_proc server"
 )
 ADMISSION: Final = (
     "as routing, plus: the client key (random per run, `Authorization: Bearer`) is checked "

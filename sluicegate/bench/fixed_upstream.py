@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -215,18 +215,34 @@ class _Server(asyncio.Protocol):
         state.inflight += 1
         self._busy = True
         loop = asyncio.get_running_loop()
+        due = time.monotonic() + latency
         if stream:
             usage = _INCLUDE_USAGE.search(body) is not None
-            loop.call_later(latency, self._stream_step, 0, usage, time.monotonic() + latency)
+            loop.call_later(latency, self._stream_step, 0, usage, due)
         else:
-            loop.call_later(latency, self._json_later)
+            loop.call_later(latency, self._json_later, due)
 
-    def _json_later(self) -> None:
+    @staticmethod
+    def _early(due: float, then: Callable[..., None], *args: object) -> bool:
+        """Whether a timer fired before `due` (uvloop's clock counts whole milliseconds, so
+        a timer may fire up to one early): `then(*args)` is called again at `due`. An
+        answer never comes before its latency."""
+        left = due - time.monotonic()
+        if left <= 0:
+            return False
+        asyncio.get_running_loop().call_later(left, then, *args)
+        return True
+
+    def _json_later(self, due: float) -> None:
+        if self._early(due, self._json_later, due):
+            return
         if self._transport is not None:
             self._transport.write(self._state.answers.json)
         self._done()
 
     def _stream_step(self, index: int, usage: bool, due: float) -> None:
+        if self._early(due, self._stream_step, index, usage, due):
+            return
         transport, answers = self._transport, self._state.answers
         if transport is None:
             self._done()

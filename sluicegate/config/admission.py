@@ -36,7 +36,8 @@ _MAX_TOKENS = 100_000_000
 
 def check_model_names(models: list[str]) -> list[str]:
     """A model name is sent to Envoy in a request header (wire.MODEL_HEADER) and matched
-    there: it must not be empty or hold a control character."""
+    there: it must not be empty or hold a control character, nor a backslash (which a
+    JSON body escapes: docs/fast-lane.md)."""
     if any(not model.strip() for model in models):
         raise ValueError("model names must not be empty")
     for model in models:
@@ -44,6 +45,9 @@ def check_model_names(models: list[str]) -> list[str]:
             raise ValueError(
                 f"model name {model!r} holds a control character, which an HTTP header cannot carry"
             )
+        if "\\" in model:
+            # A body writes it escaped, and Envoy's model reader matches names as written.
+            raise ValueError(f"model name {model!r} holds a backslash")
     return models
 
 

@@ -78,10 +78,11 @@ def asks_usage(path: str | None, *, has_stream_options: bool, allowed: bool = Tr
     return allowed and not has_stream_options and endpoint(path).endswith(_INJECT_ENDPOINTS)
 
 
-def stream_reader(*, cut: bool, reserved: bool) -> str:
-    """The reader of a stream: its chunks are read (Lua) only to cut the usage event the
-    gateway asked for or to count content events for a reservation."""
-    return wire.USAGE_BY_STREAM_CHUNKS if cut or reserved else wire.USAGE_BY_STREAM
+def stream_reader(*, reserved: bool) -> str:
+    """The reader of a stream whose usage event the gateway did not ask for (one it asked
+    for is cut, so its chunks are read: with_usage_asked): its chunks are read (Lua) only
+    to count content events for a reservation."""
+    return wire.USAGE_BY_STREAM_CHUNKS if reserved else wire.USAGE_BY_STREAM
 
 
 def with_usage_asked(body: bytes) -> bytes:
@@ -120,7 +121,7 @@ def usage_answer(
     if stream:
         if asks_usage(path, has_stream_options=has_stream_options, allowed=ask_allowed):
             return UsageReading(with_usage_asked(body), wire.USAGE_BY_STREAM_CHUNKS, injected=True)
-        reader = stream_reader(cut=False, reserved=reserved)
+        reader = stream_reader(reserved=reserved)
         return UsageReading(READER_ANSWERS[reader], reader, injected=False)
     reader = json_reader(
         path, logprobs=logprobs, output_allowance=output_allowance, reserved=reserved
@@ -148,7 +149,7 @@ def routed_usage_answer(
     times a whole `n`. `members_read` False (one was repeated): a stream is sent as it is,
     and a JSON answer read by nobody."""
     if not members_read:
-        reader = stream_reader(cut=False, reserved=False) if stream else wire.USAGE_UNREAD
+        reader = stream_reader(reserved=False) if stream else wire.USAGE_UNREAD
         return UsageReading(READER_ANSWERS[reader], reader, injected=False)
     cap = next(
         (v for name in MAX_TOKENS_MEMBERS if (v := _whole(members.get(name))) is not None), None

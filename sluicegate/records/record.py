@@ -146,15 +146,18 @@ def status_class(status: int) -> str:
     return f"{status // 100}xx" if 100 <= status <= 599 else "none"
 
 
-def error_code(meta_code: str, status: int, details: str, flags: str) -> str:
+def error_code(meta_code: str, status: int, details: str, flags: str, route: str = "") -> str:
     """The OpenAI error `code` the client got ("" for none: a success, or a reply whose
     code is null). The ext_proc server's own answers carry it in the metadata or the
     details; a provider's error answer is wire.PROVIDER_ERROR (its own code is not read);
     Envoy's own replies get the code local_reply_config gave them, read from the same
     table (sluicegate.local_replies). A request nobody answered is CLIENT_CLOSED when the
-    client left (flag DC), else ""."""
+    client left (flag DC), else "". A refusal Envoy's model reader routed to its answer
+    (docs/fast-lane.md) is named by that `route`."""
     if meta_code:
         return meta_code
+    if (answered := local_replies.answered_code(route)) is not None:
+        return answered
     flag_set = local_replies.split_flags(flags)
     if status == 0:
         return CLIENT_CLOSED if _CLIENT_DISCONNECT_FLAG in flag_set else ""
@@ -208,7 +211,13 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
         status_class=status_class(status),
         flags=flags,
         code_details=details,
-        error_code=error_code(_meta_text(meta, wire.META_ERROR_CODE), status, details, flags),
+        error_code=error_code(
+            _meta_text(meta, wire.META_ERROR_CODE),
+            status,
+            details,
+            flags,
+            _text(attrs.get(wire.RECORD_ROUTE)),
+        ),
         attempts=_count(attrs.get(wire.RECORD_ATTEMPTS)) or 0,
         stream=_stream(meta, _text(attrs.get(wire.RECORD_CONTENT_TYPE))),
         queue_s=_queue_seconds(meta.get(wire.META_QUEUE_MS)),

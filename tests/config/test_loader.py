@@ -124,6 +124,15 @@ def test_a_model_name_a_header_cannot_carry_is_refused(where: str) -> None:
     assert "control character" in problem.message
 
 
+def test_a_model_name_with_a_backslash_is_refused() -> None:
+    """A body writes it escaped, and Envoy's model reader matches names as written
+    (docs/fast-lane.md)."""
+    text = MINIMAL.replace("models: [m]", 'models: ["a\\\\b"]')
+    problem = only([p for p in problems_of(text) if p.is_error])
+    assert problem.key_path == "routes[0].models"
+    assert "backslash" in problem.message
+
+
 def test_yaml_bad_indentation_line() -> None:
     problem = only(problems_of("version: 1\nlisteners:\n  - name: gw\n   port: 1\n"))
     assert problem.line == 4

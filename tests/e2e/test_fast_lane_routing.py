@@ -26,6 +26,8 @@ pytestmark = pytest.mark.e2e
 
 DURATION = "gen_ai_server_request_duration_seconds_count"
 TOKENS = "gen_ai_client_token_usage_total"
+REQUESTS = "sluicegate_requests_total"
+HELLO = [{"role": "user", "content": "hi"}]
 # A model whose route renames nothing and shares one URL prefix: no attempt stage either.
 MODEL = "qwen-plus"
 
@@ -57,6 +59,18 @@ def _post(stack: Stack, body: bytes, path: str = "/v1/chat/completions") -> tupl
             return response.status, response.headers["content-type"], response.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.headers["content-type"], err.read().decode()
+
+
+def _error_count(stack: Stack, code: str) -> float:
+    """Requests /metrics counts with error code `code`."""
+    url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(REQUESTS) and f'error_code="{code}"' in line
+    )
 
 
 def _routing_streams(stack: Stack) -> int:
@@ -94,11 +108,19 @@ def test_requests_are_routed_by_envoy_alone(stack: Stack) -> None:
         (b"[1, 2]", 400, "invalid_body"),
         (b'{"messages": []}', 400, "missing_model"),
         (b'{"model": ""}', 400, "missing_model"),
-        (b"", 400, "missing_model"),
+        (b"[1, 2}", 400, "invalid_json"),  # brackets of two kinds
+        (b"01", 400, "invalid_json"),
+        (b"-1.5e3", 400, "invalid_body"),
         (b'{"model": 5, "messages": []}', 400, "invalid_type"),
         (b'{"model": "qwen-plus", "stream": "yes"}', 400, "invalid_type"),
         (b'{"model": "qwen-plus", "model": "deepseek-chat"}', 400, "duplicate_parameter"),
         (b'{"model": "qwen-plus", "stream": true, "stream": false}', 400, "duplicate_parameter"),
+        # another member repeated first does not hide a repeated `model`
+        (b'{"n": 1, "n": 1, "model": "qwen-plus", "model": "deepseek-chat"}', 400,
+         "duplicate_parameter"),
+        # Go's encoding/json would read `Model` as `model`
+        (b'{"model": "qwen-plus", "Model": "deepseek-chat"}', 400, "invalid_json"),
+        (b'{"model": "qwen-plus", "mod\xc3\xa9l": 1}', 400, "invalid_json"),
         (b'{"model": "no-such-model", "messages": []}', 404, "model_not_found"),
         # `model` inside another member is not the request's model
         (b'{"metadata": {"model": "qwen-plus"}, "x": "\\"model\\": 1"}', 400, "missing_model"),
@@ -107,12 +129,32 @@ def test_requests_are_routed_by_envoy_alone(stack: Stack) -> None:
 def test_a_body_envoy_cannot_route_is_answered_in_openai_json(
     stack: Stack, body: bytes, status: int, code: str
 ) -> None:
+    before = _error_count(stack, code)
     answered, media, text = _post(stack, body)
     assert (answered, media) == (status, "application/json"), text
     error = json.loads(text)["error"]
     assert error["code"] == code
     assert error["type"] == "invalid_request_error"
     assert _routing_streams(stack) == 0
+    # Its record names the same code.
+    deadline = time.monotonic() + 15
+    while _error_count(stack, code) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _error_count(stack, code) == before + 1
+
+
+def test_requests_without_a_body_are_routed_by_their_path(stack: Stack) -> None:
+    """As the routing stage leaves them: a listing answered, another path 404."""
+    with urllib.request.urlopen(stack.gateway + "/v1/models", timeout=10) as response:
+        assert response.status == 200
+    assert _post(stack, b"")[0] == 404
+    assert _routing_streams(stack) == 0
+
+
+def test_a_null_stream_is_not_a_stream(stack: Stack) -> None:
+    body = json.dumps({"model": MODEL, "messages": HELLO, "stream": None}).encode()
+    status, media, text = _post(stack, body)
+    assert (status, media.split(";")[0]) == (200, "application/json"), text
 
 
 def test_every_request_still_reaches_the_metrics(stack: Stack) -> None:
@@ -138,6 +180,20 @@ def test_every_request_still_reaches_the_metrics(stack: Stack) -> None:
             break
         time.sleep(0.1)
     assert found and float(found[0].rsplit(" ", 1)[1]) >= 3, found
+
+
+def _settled(stack: Stack) -> tuple[float, float]:
+    """_counts once the records of earlier requests are in (Envoy's batches reach /metrics
+    up to about 0.8 s after their request here): the same twice 1 s apart (bounded)."""
+    deadline = time.monotonic() + 15
+    last = _counts(stack)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = _counts(stack)
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 def _counts(stack: Stack) -> tuple[float, float]:
@@ -172,8 +228,8 @@ def test_the_usage_reader_is_the_routing_stages(
 ) -> None:
     """The model reader names the usage reader by the routing stage's rule: a request's
     record carries the answer's tokens exactly when that rule reads them."""
-    before = _counts(stack)
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **members}
+    before = _settled(stack)
+    body = {"model": MODEL, "messages": HELLO, **members}
     assert _post(stack, json.dumps(body).encode())[0] == 200
     deadline = time.monotonic() + 15
     after = _counts(stack)

@@ -8,7 +8,7 @@ reader in wire.USAGE_HEADER and clears the route cache; the request re-matches h
   on metadata `model` instead of the routing stage's headers (streams.py);
 - per prefix, after every model route: each body problem the reader found, answered 400
   as the routing stage words it, then a model no route serves, 404; OpenAI error JSON
-  from Envoy itself (local_replies.BODY_ERRORS, MODEL_NOT_SERVED).
+  from Envoy itself (local_replies.BODY_REFUSALS, MODEL_NOT_SERVED).
 """
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.type.matcher.v3 import metadata_pb2, string_pb2, value_pb2
 
 from sluicegate import wire
-from sluicegate.local_replies import BODY_ERRORS, MODEL_NOT_SERVED, BodyError
+from sluicegate.local_replies import (
+    BODY_REFUSALS,
+    MODEL_NOT_SERVED,
+    BodyRefusal,
+    answered_route_name,
+)
 
 from .errors_json import error_body
 from .model_reader import META_BODY_PROBLEM, MODEL_READER_FILTER, model_reader_config
@@ -78,17 +83,17 @@ def answered_routes(prefix: str) -> list[rc.Route]:
                 value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=error.problem)),
             ),
         )
-        for error in BODY_ERRORS
+        for error in BODY_REFUSALS
     ]
     served = _metadata_match(wire.META_MODEL, value_pb2.ValueMatcher(present_match=True))
     routes.append(_json_reply(prefix, MODEL_NOT_SERVED, served))
     return routes
 
 
-def _json_reply(prefix: str, error: BodyError, match: metadata_pb2.MetadataMatcher) -> rc.Route:
+def _json_reply(prefix: str, error: BodyRefusal, match: metadata_pb2.MetadataMatcher) -> rc.Route:
     body = error_body(error.message, "invalid_request_error", error.code, error.param)
     return rc.Route(
-        name=f"answered-{error.problem}",
+        name=answered_route_name(error),
         match=rc.RouteMatch(prefix=prefix, dynamic_metadata=[match]),
         direct_response=rc.DirectResponseAction(
             status=error.status, body=base_pb2.DataSource(inline_string=body.decode())

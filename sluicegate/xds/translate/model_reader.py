@@ -5,11 +5,11 @@ A Lua filter walks the top level of the buffered body with plain searches (each 
 skipped by looking for its closing quote, nested values by their brackets), so its cost
 grows with the body's structure, not its text: Envoy's JSON filters parse every byte
 into a document (about 40 ms a MB on Envoy's worker: a 100 KB prompt held the worker
-1.7 ms in benchmarks/fast_lane_cost.py). It reads the members the routing stage reads
+1.6 ms in benchmarks/fast_lane_cost.py). It reads the members the routing stage reads
 (filters/routing.py) by the same rules (filters/request_facts.py), and writes:
 
 - into the `sluicegate` metadata namespace, `model` (a string) and `stream` (a boolean),
-  where the routing stage writes them, or `body_problem` (local_replies.BODY_ERRORS'
+  where the routing stage writes them, or `body_problem` (local_replies.BODY_REFUSALS'
   `problem`) and `error_code` (its OpenAI code) for a body it refuses;
 - wire.USAGE_HEADER, who reads the answer's usage (filters/usage_reader.py's rule
   without reservations: a stream `stream`; a JSON answer of a text generation endpoint,
@@ -18,11 +18,14 @@ into a document (about 40 ms a MB on Envoy's worker: a 100 KB prompt held the wo
 
 then clears the route cache, so the request re-matches on the metadata (routes.py).
 
-It does not validate the whole document as the routing stage does: a body whose top
-level is well formed but whose values are not is routed, and the provider judges it. A
-top-level key with a backslash is refused as not JSON: an escaped `"mod\\u0065l"` would be
-a second `model` to the provider's parser. A model name with a backslash is matched as
-written (no route serves it: 404).
+It checks the top level's structure (brackets, strings, a top-level scalar's form), not
+every value: a value it does not read is the provider's to judge, as is the text's
+UTF-8. A body it could read differently from a provider's parser is refused as not
+JSON: a top-level key with an escape or a non-ASCII byte (`"mod\\u0065l"`), or one that
+is a member it reads in another case (`"Model"`: Go's encoding/json folds case). A
+repeated `model` or `stream` is refused whatever else is repeated. A model name with an
+escape other than `\\/` is matched as written, and no route serves it (model names hold
+no backslash: config validation).
 """
 
 from __future__ import annotations
@@ -34,14 +37,14 @@ from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from google.protobuf import any_pb2
 
 from sluicegate import wire
-from sluicegate.local_replies import BODY_ERRORS
+from sluicegate.local_replies import BODY_REFUSALS
 
 from ._proto import pack
 
 MODEL_READER_FILTER: Final = "sluicegate.model_reader"
 META_BODY_PROBLEM: Final = "body_problem"
 
-_CODES: Final = {error.problem: error.code for error in BODY_ERRORS}
+_CODES: Final = {error.problem: error.code for error in BODY_REFUSALS}
 
 
 def _lua_list(values: tuple[str, ...]) -> str:
@@ -79,8 +82,8 @@ end
 local function value_end(text, i)
   local c = byte(text, i)
   if c == 34 then return string_end(text, i) end
-  if c == 123 or c == 91 then  -- an object or an array
-    local depth, j = 0, i
+  if c == 123 or c == 91 then  -- an object or an array: its closers, innermost last
+    local closers, j = {{}}, i
     while true do
       j = find(text, '[%[%]{{}}"]', j)
       if j == nil then return nil end
@@ -88,17 +91,29 @@ local function value_end(text, i)
       if c == 34 then
         j = string_end(text, j)
         if j == nil then return nil end
-      elseif c == 123 or c == 91 then depth = depth + 1
+      elseif c == 123 then closers[#closers + 1] = 125
+      elseif c == 91 then closers[#closers + 1] = 93
       else
-        depth = depth - 1
-        if depth == 0 then return j end
+        if closers[#closers] ~= c then return nil end
+        closers[#closers] = nil
+        if #closers == 0 then return j end
       end
       j = j + 1
     end
   end
   local stop = find(text, '[,}}%]%s]', i)
-  if stop == nil or stop == i then return nil end
-  return stop - 1
+  if stop == i then return nil end
+  return stop == nil and #text or stop - 1  -- a scalar may end the text
+end
+
+-- Whether `raw` is a JSON number: an integer part without leading zeros, then an
+-- optional fraction and exponent.
+local function is_number(raw)
+  local rest = string.match(raw, "^%-?0(.*)$") or string.match(raw, "^%-?[1-9]%d*(.*)$")
+  if rest == nil then return false end
+  rest = string.match(rest, "^%.%d+(.*)$") or rest
+  rest = string.match(rest, "^[eE][%+%-]?%d+(.*)$") or rest
+  return rest == ""
 end
 
 -- A top level that is not an object: "object" when it is one whole JSON value, else "json".
@@ -107,30 +122,33 @@ local function not_object(text, i)
   if stop == nil or find(text, "[^ \t\r\n]", stop + 1) ~= nil then return "json" end
   local c, raw = byte(text, i), sub(text, i, stop)
   if c == 34 or c == 91 or raw == "true" or raw == "false" or raw == "null"
-      or find(raw, "^%-?%d+%.?%d*[eE]?[%+%-]?%d*$") ~= nil then
+      or is_number(raw) then
     return "object"
   end
   return "json"
 end
 
--- The top-level members in WANTED (raw text) and the first one repeated; or nil and a
--- problem.
+-- The top-level members in WANTED (raw text), the first one repeated and the first of
+-- `model` and `stream` repeated; or nil and a problem.
 local function members(text)
   local i = find(text, "[^ \t\r\n]")
   if i == nil then return nil, "json" end
   if byte(text, i) ~= 123 then return nil, not_object(text, i) end
-  local found, repeated = {{}}, nil
+  local found, repeated, routed = {{}}, nil, nil
   i = find(text, "[^ \t\r\n]", i + 1)
   if i ~= nil and byte(text, i) == 125 then
     if find(text, "[^ \t\r\n]", i + 1) ~= nil then return nil, "json" end
-    return found, nil
+    return found, nil, nil
   end
   while true do
     if i == nil or byte(text, i) ~= 34 then return nil, "json" end
     local e = string_end(text, i)
     if e == nil then return nil, "json" end
     local key = sub(text, i + 1, e - 1)
-    if find(key, "\\", 1, true) ~= nil then return nil, "json" end
+    -- Keys a provider's parser may read as one the reader reads (an escape, another
+    -- case or a non-ASCII letter: Go's encoding/json folds case) are refused.
+    if find(key, "[\\\128-\255]") ~= nil then return nil, "json" end
+    if WANTED[string.lower(key)] and not WANTED[key] then return nil, "json" end
     i = find(text, "[^ \t\r\n]", e + 1)
     if i == nil or byte(text, i) ~= 58 then return nil, "json" end
     local start = find(text, "[^ \t\r\n]", i + 1)
@@ -140,6 +158,7 @@ local function members(text)
     if WANTED[key] then
       if found[key] ~= nil then
         repeated = repeated or key
+        if (key == "model" or key == "stream") and routed == nil then routed = key end
       else
         found[key] = sub(text, start, stop)
       end
@@ -149,7 +168,7 @@ local function members(text)
     local c = byte(text, i)
     if c == 125 then
       if find(text, "[^ \t\r\n]", i + 1) ~= nil then return nil, "json" end
-      return found, repeated
+      return found, repeated, routed
     end
     if c ~= 44 then return nil, "json" end
     i = find(text, "[^ \t\r\n]", i + 1)
@@ -174,7 +193,7 @@ local function reader(path, found, stream, repeated)
   if not generation then return "{wire.USAGE_UNREAD}" end
   for _, name in ipairs(LOGPROBS) do
     local raw = found[name]
-    if raw ~= nil and raw ~= "false" and raw ~= "null" and raw ~= "0" and raw ~= '""'
+    if raw ~= nil and raw ~= "false" and raw ~= "null" and raw ~= '""' and tonumber(raw) ~= 0
         and find(raw, "^%[%s*%]$") == nil and find(raw, "^{{%s*}}$") == nil then
       return "{wire.USAGE_UNREAD}"
     end
@@ -197,23 +216,27 @@ local function refuse(handle, problem)
 end
 
 function envoy_on_request(handle)
+  -- A request without a body (a listing, a GET) is routed by its path, as the routing
+  -- stage leaves it.
   local body = handle:body()
   local size = body and body:length() or 0
-  if size == 0 then return refuse(handle, "model") end
-  local found, repeated = members(body:getBytes(0, size))
+  if size == 0 then return end
+  local found, repeated, routed = members(body:getBytes(0, size))
   if found == nil then return refuse(handle, repeated) end
-  if repeated == "model" then return refuse(handle, "duplicate_model") end
-  if repeated == "stream" then return refuse(handle, "duplicate_stream") end
+  if routed ~= nil then return refuse(handle, "duplicate_" .. routed) end
   local model = found.model
   if model == nil or model == '""' then return refuse(handle, "model") end
   if byte(model, 1) ~= 34 then return refuse(handle, "model_type") end
   local stream = found.stream
-  if stream ~= nil and stream ~= "true" and stream ~= "false" then
+  if stream ~= nil and stream ~= "true" and stream ~= "false" and stream ~= "null" then
     return refuse(handle, "stream")
   end
   stream = stream == "true"
+  -- `\/` is `/` (PHP writes it); any other escape stays, and no model name holds one
+  -- (validation), so no route serves it.
+  model = string.gsub(sub(model, 2, -2), "\\/", "/")
   local meta = handle:streamInfo():dynamicMetadata()
-  meta:set(NAMESPACE, "{wire.META_MODEL}", sub(model, 2, -2))
+  meta:set(NAMESPACE, "{wire.META_MODEL}", model)
   meta:set(NAMESPACE, "{wire.META_STREAM}", stream)
   local headers = handle:headers()
   headers:replace("{wire.USAGE_HEADER}", reader(headers:get(":path"), found, stream, repeated))

@@ -22,6 +22,11 @@ Order (first match wins):
 4. Catch-all `/` → 404 with ext_proc disabled: paths outside every prefix (scanners, typos)
    cost no Python. Omitted when a route's prefix is "/" (its fallback covers everything).
 404 bodies are plain text; the listener's local_reply_config turns them into OpenAI errors.
+
+Routed without Python (`admission.lane: fast`, envoy_routing.py), 2 matches the metadata
+Envoy's model reader wrote instead of the headers, and before each prefix's fallback (3)
+come its `answered-<problem>` routes: the body problems the reader found (400) and a
+model no route serves (404).
 """
 
 from __future__ import annotations

@@ -1,0 +1,42 @@
+"""The fast lane's refusals (local_replies.BODY_REFUSALS, answered by Envoy) say what the
+routing stage says for the same body (filters/errors.py): one wording for both lanes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+
+from sluicegate.filters.errors import body_error
+from sluicegate.filters.jsonbody import BodyError, BodyProblem
+from sluicegate.local_replies import BODY_REFUSALS, BodyRefusal
+
+# refusal problem -> the routing stage's (problem, member)
+ROUTING_STAGE: dict[str, tuple[BodyProblem, str | None]] = {
+    "json": ("json", None),
+    "object": ("object", None),
+    "model": ("model", None),
+    "model_type": ("model_type", None),
+    "stream": ("stream", "stream"),
+    "duplicate_model": ("duplicate", "model"),
+    "duplicate_stream": ("duplicate", "stream"),
+}
+
+
+def test_every_refusal_has_a_routing_stage_twin() -> None:
+    assert {refusal.problem for refusal in BODY_REFUSALS} == set(ROUTING_STAGE)
+
+
+@pytest.mark.parametrize("refusal", BODY_REFUSALS, ids=lambda r: r.problem)
+def test_a_refusal_is_worded_as_the_routing_stage_words_it(refusal: BodyRefusal) -> None:
+    problem, member = ROUTING_STAGE[refusal.problem]
+    answer = ep.ProcessingResponse.FromString(body_error(BodyError(problem, member)))
+    immediate = answer.immediate_response
+    error = json.loads(immediate.body)["error"]
+    assert immediate.status.code == refusal.status
+    assert (error["message"], error["code"], error["param"]) == (
+        refusal.message,
+        refusal.code,
+        refusal.param,
+    )
