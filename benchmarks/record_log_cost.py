@@ -169,7 +169,7 @@ def _record_log(body: str | None = None, attributes: bool = False) -> dict[str, 
     sends the same fields as one OpenTelemetry attribute each instead."""
     log = MessageToDict(record_access_log(), preserving_proto_field_name=True)
     value = log["typed_config"]["value"]
-    value["grpc_service"]["envoy_grpc"]["cluster_name"] = SINK_CLUSTER
+    value["common_config"]["grpc_service"]["envoy_grpc"]["cluster_name"] = SINK_CLUSTER
     if body is not None:
         value["body"] = {"string_value": body}
     if attributes:

@@ -49,11 +49,15 @@ def _assignment(
 def test_the_latency_log_is_there_only_with_a_latency_route() -> None:
     static = document()
     static["routes"][0]["routing"] = "static"
-    assert [log["log_name"] for log in _logs(translate(gateway(static)))] == [wire.RECORD_LOG_NAME]
+    names = [log["common_config"]["log_name"] for log in _logs(translate(gateway(static)))]
+    assert names == [wire.RECORD_LOG_NAME]
     logs = _logs(translate(gateway()))
-    assert [log["log_name"] for log in logs] == [wire.RECORD_LOG_NAME, wire.LATENCY_LOG_NAME]
+    names = [log["common_config"]["log_name"] for log in logs]
+    assert names == [wire.RECORD_LOG_NAME, wire.LATENCY_LOG_NAME]
     latency = logs[1]
-    assert latency["grpc_service"] == {"envoy_grpc": {"cluster_name": wire.XDS_CLUSTER}}
+    assert latency["common_config"]["grpc_service"] == {
+        "envoy_grpc": {"cluster_name": wire.XDS_CLUSTER}
+    }
     assert "routing" in latency["filter"]["extensionFilter"]["typedConfig"]["expression"]
     # Its fields' format strings are the record log's, written once; minimal: no metadata.
     fields = wire.record_fields(latency["body"]["string_value"])
