@@ -155,7 +155,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
     envoys: list[EnvoyProcess] = []
-    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in arms}
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
     first = str(next(iter(files.values())))
     try:
         with ExtProcChild(serve_ext_proc, first) as ext_proc:
@@ -178,7 +178,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
                 for name in names[index % len(names) :] + names[: index % len(names)]:
                     p50, _ = _wrk(urls[name], 1, seconds, script)
                     _, rate = _wrk(urls[name], 32, seconds, script)
-                    results[name].append((p50, rate, 0.0))
+                    results[name].append((p50, rate))
     finally:
         for envoy in envoys:
             envoy.stop_blocking()
@@ -194,10 +194,10 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
     ]
     plain = results["plain"]
     for name in arms:
-        p50s = [p for p, _, _ in results[name]]
-        rates = [r for _, r, _ in results[name]]
-        added = median([a - b for a, (b, _, _) in zip(p50s, plain, strict=True)])
-        ratio = median([a / b for a, (_, b, _) in zip(rates, plain, strict=True)])
+        p50s = [p for p, _ in results[name]]
+        rates = [r for _, r in results[name]]
+        added = median([a - b for a, (b, _) in zip(p50s, plain, strict=True)])
+        ratio = median([a / b for a, (_, b) in zip(rates, plain, strict=True)])
         lines.append(f"| {name} | {median(p50s):.1f} | {added:+.1f} | {median(rates):,.0f} | "
                      f"{ratio:.2f}x |")  # fmt: skip
     lines += [

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.testing import alive, children_of
 from sluicegate.testing.recorded_stack import stop_recorded_stack
@@ -64,6 +65,19 @@ class Stack:
         with urllib.request.urlopen(self.admin + path, timeout=5) as response:
             result: dict[str, Any] = json.load(response)
             return result
+
+    def metric_sum(self, name: str, **labels: str) -> float:
+        """The sum of /metrics samples `name` over the series whose labels include
+        `labels`."""
+        url = "http://" + self.doc["sluicegate"]["http"] + "/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -65,14 +65,7 @@ def _post(stack: Stack, body: bytes, path: str = "/v1/chat/completions") -> tupl
 
 def _error_count(stack: Stack, code: str) -> float:
     """Requests /metrics counts with error code `code`."""
-    url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(REQUESTS) and f'error_code="{code}"' in line
-    )
+    return stack.metric_sum(REQUESTS, error_code=code)
 
 
 def _routing_streams(stack: Stack) -> int:
@@ -140,8 +133,11 @@ def test_the_record_of_a_refusal_names_its_code(stack: Stack) -> None:
         (b'{"model": "qwen-plus", "model": "deepseek-chat"}', 400, "duplicate_parameter"),
         (b'{"model": "qwen-plus", "stream": true, "stream": false}', 400, "duplicate_parameter"),
         # another member repeated first does not hide a repeated `model`
-        (b'{"n": 1, "n": 1, "model": "qwen-plus", "model": "deepseek-chat"}', 400,
-         "duplicate_parameter"),
+        (
+            b'{"n": 1, "n": 1, "model": "qwen-plus", "model": "deepseek-chat"}',
+            400,
+            "duplicate_parameter",
+        ),
         # Go's encoding/json would read `Model` as `model`
         (b'{"model": "qwen-plus", "Model": "deepseek-chat"}', 400, "invalid_json"),
         (b'{"model": "qwen-plus", "mod\xc3\xa9l": 1}', 400, "invalid_json"),
@@ -180,40 +176,17 @@ def test_every_request_still_reaches_the_metrics(stack: Stack) -> None:
     route's scenario."""
     for _ in range(3):
         assert _post(stack, _chat())[0] == 200
-    url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
+    labels = {"model": MODEL, "route": "qwen", "scenario": "default"}
     deadline = time.monotonic() + 15
-    found: list[str] = []
-    while time.monotonic() < deadline:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-        found = [
-            line
-            for line in text.splitlines()
-            if line.startswith(DURATION)
-            and f'model="{MODEL}"' in line
-            and 'route="qwen"' in line
-            and 'scenario="default"' in line
-        ]
-        if found and float(found[0].rsplit(" ", 1)[1]) >= 3:
-            break
+    while stack.metric_sum(DURATION, **labels) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert found and float(found[0].rsplit(" ", 1)[1]) >= 3, found
+    assert stack.metric_sum(DURATION, **labels) >= 3
 
 
 def _counts(stack: Stack) -> tuple[float, float]:
     """(requests recorded, input tokens reported) for USAGE_MODEL on /metrics."""
-    url = "http://" + stack.doc["sluicegate"]["http"] + "/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    requests = tokens = 0.0
-    for line in text.splitlines():
-        if f'model="{USAGE_MODEL}"' not in line:
-            continue
-        if line.startswith(DURATION):
-            requests += float(line.rsplit(" ", 1)[1])
-        elif line.startswith(TOKENS) and 'type="input"' in line:
-            tokens += float(line.rsplit(" ", 1)[1])
-    return requests, tokens
+    requests = stack.metric_sum(DURATION, model=USAGE_MODEL)
+    return requests, stack.metric_sum(TOKENS, model=USAGE_MODEL, type="input")
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,6 @@ reader in wire.USAGE_HEADER and clears the route cache; the request re-matches h
 
 from __future__ import annotations
 
-from typing import Final
-
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -30,10 +28,8 @@ from sluicegate.local_replies import (
     answered_route_name,
 )
 
-from .errors_json import error_body
+from .errors_json import error_body, json_reply_headers
 from .model_reader import META_BODY_PROBLEM, MODEL_READER_FILTER, model_reader_config
-
-_JSON: Final = "application/json"
 
 
 def routing_filters(default_max_tokens: int) -> list[hcm_pb2.HttpFilter]:
@@ -98,11 +94,5 @@ def _json_reply(prefix: str, error: BodyRefusal, match: metadata_pb2.MetadataMat
         direct_response=rc.DirectResponseAction(
             status=error.status, body=base_pb2.DataSource(inline_string=body.decode())
         ),
-        # The JSON pass-through mapper of local_reply_config knows it by this header.
-        response_headers_to_add=[
-            base_pb2.HeaderValueOption(
-                header=base_pb2.HeaderValue(key="content-type", value=_JSON),
-                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-            )
-        ],
+        response_headers_to_add=json_reply_headers(),
     )

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from envoy.config.core.v3 import base_pb2
+
 from sluicegate.local_replies import LOCAL_REPLY_ERRORS as LOCAL_REPLY_ERRORS
 from sluicegate.local_replies import LocalReplyError as LocalReplyError
 
@@ -32,3 +34,14 @@ def error_body(message: str, type_: str, code: str | None, param: str | None = N
 def error_struct(message: str, type_: str, code: str | None) -> dict[str, Any]:
     """The same object as a dict for Envoy's `json_format` (string values are formats)."""
     return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+
+def json_reply_headers() -> list[base_pb2.HeaderValueOption]:
+    """The content type a JSON reply Envoy makes itself carries: the listener's
+    local_reply_config passes such a reply through unchanged by it (listeners.py)."""
+    return [
+        base_pb2.HeaderValueOption(
+            header=base_pb2.HeaderValue(key="content-type", value="application/json"),
+            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+        )
+    ]

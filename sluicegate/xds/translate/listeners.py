@@ -143,19 +143,19 @@ def request_timeout_ms(limits: Limits, admission: Admission) -> int:
 def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilter]:
     """ext_proc routing (admission), or Envoy's own model reader (envoy_routing.py) →
     usage readers → fault → error bodies → router."""
-    # The routing stage writes dynamic metadata on every request (the request record's
-    # facts, and with admission the reservation and the x-ratelimit-* values); Envoy drops
-    # what a filter may not write into a namespace.
-    routing = ext_proc_config(
-        wire.STAGE_ROUTING,
-        limits,
-        metadata_namespaces=(wire.METADATA_NAMESPACE,),
-        reads_metadata=False,
-        longest_queue_wait_ms=admission.longest_queue_wait_ms,
-    )
     if admission.routed_by_envoy:  # no routing stage: Envoy reads the model itself
         filters = routing_filters(admission.default_max_tokens)
     else:
+        # The routing stage writes dynamic metadata on every request (the request record's
+        # facts, and with admission the reservation and the x-ratelimit-* values); Envoy
+        # drops what a filter may not write into a namespace.
+        routing = ext_proc_config(
+            wire.STAGE_ROUTING,
+            limits,
+            metadata_namespaces=(wire.METADATA_NAMESPACE,),
+            reads_metadata=False,
+            longest_queue_wait_ms=admission.longest_queue_wait_ms,
+        )
         filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
     filters.extend(usage_filters(limits, counts_tokens=admission.counts_tokens))
     # After ext_proc: a drill applies to the route the model header selected.

@@ -10,7 +10,8 @@ into a document (about 40 ms a MB on Envoy's worker: a 100 KB prompt held the wo
 
 - into the `sluicegate` metadata namespace, `model` (a string) and `stream` (a boolean),
   where the routing stage writes them, or `body_problem` (local_replies.BODY_REFUSALS'
-  `problem`) and `error_code` (its OpenAI code) for a body it refuses;
+  `problem`) for a body it refuses (the route that answers it is named after it, and the
+  request record names its code from that: local_replies.answered_code);
 - wire.USAGE_HEADER, who reads the answer's usage (filters/usage_reader.py's rule
   without reservations: a stream `stream`; a JSON answer of a text generation endpoint,
   without log probabilities and at most wire.LOG_MAX_OUTPUT_TOKENS allowed out, `log`; else
@@ -37,14 +38,12 @@ from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from google.protobuf import any_pb2
 
 from sluicegate import wire
-from sluicegate.local_replies import BODY_REFUSALS
 
 from ._proto import pack
 
 MODEL_READER_FILTER: Final = "sluicegate.model_reader"
 META_BODY_PROBLEM: Final = "body_problem"
 
-_CODES: Final = {error.problem: error.code for error in BODY_REFUSALS}
 
 
 def _lua_list(values: tuple[str, ...]) -> str:
@@ -54,13 +53,11 @@ def _lua_list(values: tuple[str, ...]) -> str:
 def model_reader_lua(default_max_tokens: int) -> str:
     """The filter's source; `default_max_tokens` is the allowance of a request that names
     no output cap (admission.default_max_tokens)."""
-    codes = ", ".join(f'["{problem}"] = "{code}"' for problem, code in _CODES.items())
     return rf"""
 local NAMESPACE = "{wire.METADATA_NAMESPACE}"
 local ENDPOINTS = {_lua_list(wire.GENERATION_ENDPOINTS)}
 local CAPS = {_lua_list(wire.MAX_TOKENS_MEMBERS)}
 local LOGPROBS = {_lua_list(wire.LOGPROBS_MEMBERS)}
-local CODES = {{{codes}}}
 local WANTED = {{model = true, stream = true, n = true, stream_options = true}}
 for _, name in ipairs(CAPS) do WANTED[name] = true end
 for _, name in ipairs(LOGPROBS) do WANTED[name] = true end
@@ -209,9 +206,7 @@ local function reader(path, found, stream, repeated)
 end
 
 local function refuse(handle, problem)
-  local meta = handle:streamInfo():dynamicMetadata()
-  meta:set(NAMESPACE, "{META_BODY_PROBLEM}", problem)
-  meta:set(NAMESPACE, "{wire.META_ERROR_CODE}", CODES[problem])
+  handle:streamInfo():dynamicMetadata():set(NAMESPACE, "{META_BODY_PROBLEM}", problem)
   handle:clearRouteCache()
 end
 

@@ -47,7 +47,7 @@ from sluicegate.model import Gateway, Route, match_order
 from ._ext_proc import EXT_PROC_FILTER
 from ._proto import pack, struct
 from .envoy_routing import answered_routes, model_routes
-from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE
+from .errors_json import NO_MODEL_ROUTE_MESSAGE, UNKNOWN_PATH_MESSAGE, json_reply_headers
 from .faults import FAULT_FILTER, route_fault
 from .memo import RouteMemo
 from .retries import retry_policy
@@ -183,12 +183,7 @@ def _json_route(path: str, body: bytes, *, keyed: bool) -> rc.Route:
             status=200, body=base_pb2.DataSource(inline_string=body.decode())
         ),
         # Also marks the reply as JSON for local_reply_config's pass-through mapper.
-        response_headers_to_add=[
-            base_pb2.HeaderValueOption(
-                header=base_pb2.HeaderValue(key="content-type", value="application/json"),
-                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-            )
-        ],
+        response_headers_to_add=json_reply_headers(),
     )
     if not keyed:
         route.typed_per_filter_config[EXT_PROC_FILTER].CopyFrom(_EXT_PROC_DISABLED)
