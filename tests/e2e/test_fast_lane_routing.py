@@ -186,7 +186,7 @@ def test_every_request_still_reaches_the_metrics(stack: Stack) -> None:
 def _counts(stack: Stack) -> tuple[float, float]:
     """(requests recorded, input tokens reported) for USAGE_MODEL on /metrics."""
     requests = stack.metric_sum(DURATION, model=USAGE_MODEL)
-    return requests, stack.metric_sum(TOKENS, model=USAGE_MODEL, type="input")
+    return requests, stack.metric_sum(TOKENS, model=USAGE_MODEL, token_type="input")
 
 
 @pytest.mark.parametrize(
