@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from .wire import META_TENANT, METADATA_NAMESPACE
+
 # A drill's abort (route `fault.abort`, flag FI): keeps its status.
 FAULT_FLAG: Final = "FI"
 FAULT_CODE: Final = "fault_injected"
@@ -236,6 +238,52 @@ LOCAL_REPLY_ERRORS: Final[tuple[LocalReplyError, ...]] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class EnvoyRefusal:
+    """A fast-lane refusal an Envoy filter makes (docs/fast-lane.md): its local reply is
+    told by its response code details, exactly; `message` is an Envoy format string."""
+
+    details: str
+    status: int
+    type: str
+    code: str
+    message: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+# Checked on Envoy 1.40: api_key_auth's details for no key and an unknown key, and
+# local_ratelimit's. In the routing stage's words where it has them (filters/admission).
+FAST_LANE_REFUSALS: Final[tuple[EnvoyRefusal, ...]] = (
+    EnvoyRefusal(
+        "missing_api_key",
+        401,
+        "invalid_request_error",
+        "missing_api_key",
+        "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+        (("www-authenticate", "Bearer"),),
+    ),
+    EnvoyRefusal(
+        "unknown_api_key",
+        401,
+        "invalid_request_error",
+        "invalid_api_key",
+        "Incorrect API key provided. Ask the gateway's operator for a valid key.",
+        (("www-authenticate", "Bearer"),),
+    ),
+    # The bucket's filter adds Retry-After and the refusal header (tenant_limits.py).
+    EnvoyRefusal(
+        "local_rate_limited",
+        429,
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        f"Rate limit reached for tenant %DYNAMIC_METADATA({METADATA_NAMESPACE}:{META_TENANT})% "
+        "or its key "
+        "(requests or tokens per window). Please retry after the Retry-After header's "
+        "seconds.",
+    ),
+)
+
+
 def split_flags(flags: str) -> frozenset[str]:
     """Envoy's %RESPONSE_FLAGS% ("UT,URX"; "-" or "" for none) as a set of flags."""
     return frozenset(flag for flag in flags.split(",") if flag and flag != "-")
@@ -246,6 +294,9 @@ def local_reply_code(status: int, details: str, flags: Iterable[str]) -> str | N
     it, from what the access log sees: `status` as answered (after a mapper's rewrite),
     the details and the flags. None: the reply's code is null (a status not listed)."""
     flag_set = frozenset(flags)
+    for refusal in FAST_LANE_REFUSALS:
+        if refusal.details == details:
+            return refusal.code
     if FAULT_FLAG in flag_set:
         return FAULT_CODE
     if OVERLOAD_FLAG in flag_set:
@@ -308,6 +359,15 @@ BODY_REFUSALS: Final = (
         "stream",
     ),
 )
+# A tenant's key asked for a model outside the tenant's `models` (the routing stage's
+# model_forbidden, without the tenant and model, which a fixed answer cannot name).
+MODEL_NOT_ALLOWED: Final = BodyRefusal(
+    "model_not_allowed",
+    403,
+    "model_not_allowed",
+    "Your key's tenant may not use this model.",
+    "model",
+)
 MODEL_NOT_SERVED: Final = BodyRefusal(
     "model_not_served",
     404,
@@ -330,7 +390,7 @@ def answered_code(route: str) -> str | None:
     such a route)."""
     if not route.startswith(ANSWERED_ROUTE_PREFIX):
         return None
-    for refusal in (*BODY_REFUSALS, MODEL_NOT_SERVED):
+    for refusal in (*BODY_REFUSALS, MODEL_NOT_ALLOWED, MODEL_NOT_SERVED):
         if answered_route_name(refusal) == route:
             return refusal.code
     return None

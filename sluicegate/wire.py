@@ -28,6 +28,10 @@ QUEUE_MARGIN_MS: Final = 2_000
 PRIORITY_HEADER: Final = "x-sluicegate-priority"
 # Client credentials the admission stage reads and removes before anything goes upstream.
 CLIENT_KEY_HEADERS: Final = ("authorization", "x-api-key", "api-key")
+# In the fast lane, Envoy's key check names the client here ("<tenant>/<key name>") for
+# the model reader, which removes it (docs/fast-lane.md, "Keys"); a client's own is
+# removed before any filter runs.
+CLIENT_HEADER: Final = "x-sluicegate-client"
 # Query parameters that carry credentials somewhere (names compared decoded, lower-case,
 # `-` read as `_`): the routing stage removes them from the path before any provider
 # sees it (filters/request_limits.py), leaving every other parameter byte for byte.
@@ -61,6 +65,8 @@ META_TENANT: Final = "tenant"
 META_MODEL: Final = "model"
 META_ESTIMATE_INPUT: Final = "estimate_input_tokens"
 META_ESTIMATE_OUTPUT: Final = "estimate_output_tokens"
+# Their sum: what a fast-lane `tokens` bucket is charged (docs/fast-lane.md).
+META_ESTIMATE_TOKENS: Final = "estimate_tokens"
 # Set by the routing stage on every request it sees, admitted or answered, for the
 # request record (docs/metrics.md): who asked (the key's name, never the key), with
 # which priority class and scenario, how long the request queued at a gate (ms), and
@@ -174,6 +180,10 @@ USAGE_READERS: Final = (
 GENERATION_ENDPOINTS: Final = ("/chat/completions", "/completions", "/responses")
 MAX_TOKENS_MEMBERS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 LOGPROBS_MEMBERS: Final = ("logprobs", "top_logprobs")
+# Members sent to the model as input, which token estimates count (filters/estimate.py).
+# `instructions` is the Responses API's system prompt; tools and functions are rendered
+# into the prompt by providers.
+PROMPT_MEMBERS: Final = ("messages", "prompt", "input", "instructions", "tools", "functions")
 LOG_MAX_OUTPUT_TOKENS: Final = 4096
 # Set (value "true") by the routing stage, with the model header, on a request whose body
 # has `"stream": true`: it selects the model route's stream twin, whose attempts wait

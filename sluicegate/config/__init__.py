@@ -51,7 +51,6 @@ from .schema import (
     ROUTING_LATENCY,
     AccessLog,
     Addresses,
-    ApiKeySource,
     Backend,
     Config,
     Fault,
@@ -66,7 +65,7 @@ from .schema import (
     Tls,
     normalize_path_prefix,
 )
-from .secrets import resolve_api_keys
+from .secrets import resolve_api_keys, resolve_client_keys
 
 __all__ = [
     "ACCESS_LOG_STDOUT",
@@ -81,7 +80,6 @@ __all__ = [
     "Addresses",
     "AdminAddress",
     "Admission",
-    "ApiKeySource",
     "Backend",
     "Backoff",
     "ClientKey",
@@ -131,6 +129,7 @@ __all__ = [
     "parse_duration_ms",
     "parse_key_hash",
     "resolve_api_keys",
+    "resolve_client_keys",
     "split_host_port",
     "validate_file",
     "validate_text",

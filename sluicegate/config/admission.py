@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .durations import Duration
+from .key_source import KeySource
 from .keyhash import parse_key_hash
 
 # A DNS-label-like identifier (listeners, providers, routes, tenants, keys, classes).
@@ -110,7 +111,7 @@ def _default_classes() -> list[PriorityClass]:
 StoreKind = Literal["memory", "redis"]
 OnFailure = Literal["fail_open", "fail_closed", "local"]
 # How requests are decided (docs/fast-lane.md): `exact` by the routing stage, in Python;
-# `fast` by Envoy alone (so far: a gateway with nothing to admit, routed without Python).
+# `fast` by Envoy alone (keys, tenants' limits as token buckets, routing).
 Lane = Literal["exact", "fast"]
 LANE_FAST: Final = "fast"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -191,6 +192,9 @@ class ClientKey(_Section):
     hash: str
     # Limits for this key alone, on top of its tenant's.
     rate_limits: RateLimits | None = None
+    # The key itself, from an environment variable or a file, for Envoy to check in the
+    # fast lane (docs/fast-lane.md, "Keys"); it must match `hash`.
+    secret: KeySource | None = None
 
     @field_validator("hash")
     @classmethod

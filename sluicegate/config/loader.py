@@ -19,7 +19,7 @@ from .document import Document
 from .messages import describe, humanize
 from .problems import DOCUMENT, ConfigError, Problem, has_errors, sort_problems
 from .schema import Config
-from .secrets import read_api_keys
+from .secrets import read_api_keys, read_client_keys
 from .source import Locator, parse_yaml
 from .validate import check_document
 
@@ -66,15 +66,16 @@ def validate_text(
 ) -> list[Problem]:
     """All problems in `text` (errors and warnings, in file order); empty when clean.
 
-    With `check_secrets`, API keys are resolved too (relative to `filename`'s directory,
-    from `env`, default os.environ).
+    With `check_secrets`, API keys and client keys' secrets are resolved too (relative
+    to `filename`'s directory, from `env`, default os.environ).
     """
     analysis = analyse_text(text, filename)
     problems = list(analysis.problems)
     if check_secrets and analysis.document is not None:
         environ = os.environ if env is None else env
-        _, secret_problems = read_api_keys(analysis.document.providers, analysis.locator, environ)
-        problems += secret_problems
+        document, at = analysis.document, analysis.locator
+        problems += read_api_keys(document.providers, at, environ)[1]
+        problems += read_client_keys(document.client_keys, at, environ)[1]
     return sort_problems(problems)
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .addresses import is_ip_address, split_host_port
 from .admin_address import parse_admin_address
 from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant, check_model_names
 from .durations import Duration
 from .headers import check_forwarded_name, check_header_name, check_header_value, check_unique
+from .key_source import KeySource
 from .resilience import (
     HealthCheck,
     OutlierDetection,
@@ -65,19 +66,6 @@ class Listener(Strict):
         return value
 
 
-class ApiKeySource(Strict):
-    """Where a provider's upstream API key comes from: exactly one of env or file."""
-
-    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    file: str | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> ApiKeySource:
-        if (self.env is None) == (self.file is None):
-            raise ValueError("give exactly one of 'env' or 'file'")
-        return self
-
-
 class Tls(Strict):
     """Upstream TLS. With an https base_url TLS is on; SNI defaults to the URL's host."""
 
@@ -102,7 +90,7 @@ class Provider(Strict):
 
     name: str = Field(pattern=NAME_PATTERN)
     base_url: str
-    api_key: ApiKeySource | None = None
+    api_key: KeySource | None = None
     tls: Tls | None = None
     # model name the client asks for -> model name this provider knows it by
     model_map: dict[str, str] = Field(default_factory=dict)

@@ -1,4 +1,5 @@
-"""Upstream API keys: read from the environment or from a file next to the YAML.
+"""Keys the YAML does not hold: providers' API keys, and the client keys Envoy checks
+in the fast lane, read from the environment or from a file next to the YAML.
 
 Messages name the variable or file, never the key.
 """
@@ -9,6 +10,9 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from .document import KeyRef
+from .key_source import KeySource
+from .keyhash import verify_key
 from .problems import ConfigError, Problem
 from .schema import Config, Provider
 from .source import Locator, SourceMap, parse_yaml
@@ -48,19 +52,72 @@ def read_api_keys(
         if source is None:
             keys[provider.name] = None
             continue
-        if source.env is not None:
-            path = ("providers", index, "api_key", "env")
-            key, trouble = _from_env(source.env, env)
-        elif source.file is not None:
-            path = ("providers", index, "api_key", "file")
-            key, trouble = _from_file(source.file, base_dir)
-        else:  # ApiKeySource allows neither; kept for type narrowing
-            keys[provider.name] = None
-            continue
+        key, trouble, path = _read(source, env, base_dir, ("providers", index, "api_key"))
         if trouble is not None:
             problems.append(at.error(path, f"{trouble} (API key of provider '{provider.name}')"))
         keys[provider.name] = key
     return keys, problems
+
+
+def resolve_client_keys(
+    config: Config,
+    source_file: str | os.PathLike[str],
+    env: Mapping[str, str] = os.environ,
+) -> dict[str, str]:
+    """Client key name -> the key, for each client key with a `secret` (the fast lane's:
+    docs/fast-lane.md, "Keys"). Raises ConfigError, located at each failing key's
+    `secret`, when one cannot be read or does not match the key's `hash`."""
+    file = os.fspath(source_file)
+    refs = [
+        KeyRef(t, tenant.name, k, key)
+        for t, tenant in enumerate(config.tenants)
+        for k, key in enumerate(tenant.keys)
+    ]
+    keys, problems = read_client_keys(refs, Locator(file, SourceMap()), env)
+    if problems:
+        at = Locator(file, _source_map(source_file))
+        _, problems = read_client_keys(refs, at, env)
+        raise ConfigError(problems)
+    return keys
+
+
+def read_client_keys(
+    refs: Iterable[KeyRef], at: Locator, env: Mapping[str, str]
+) -> tuple[dict[str, str], list[Problem]]:
+    """The keys behind `refs` that have a `secret`, and a problem for each that cannot be
+    read or is not the key its `hash` was made from (a wrong variable or a stale file
+    would otherwise lock the key's clients out in one lane and not the other)."""
+    base_dir = Path(at.file).parent
+    keys: dict[str, str] = {}
+    problems: list[Problem] = []
+    for ref in refs:
+        source = ref.key.secret
+        if source is None:
+            continue
+        where = ("tenants", ref.tenant, "keys", ref.index, "secret")
+        key, trouble, path = _read(source, env, base_dir, where)
+        about = f"client key '{ref.key.name}' of tenant '{ref.tenant_name}'"
+        if trouble is None and key is not None and not verify_key(key, ref.key.hash):
+            trouble = f"{_label(source)} holds a key that does not match the key's hash"
+        if trouble is not None:
+            problems.append(at.error(path, f"{trouble} ({about})"))
+        elif key is not None:
+            keys[ref.key.name] = key
+    return keys, problems
+
+
+def _read(
+    source: KeySource, env: Mapping[str, str], base_dir: Path, where: tuple[str | int, ...]
+) -> tuple[str | None, str | None, tuple[str | int, ...]]:
+    """(key, trouble, the path of the field it came from)."""
+    if source.env is not None:
+        return (*_from_env(source.env, env), (*where, "env"))
+    assert source.file is not None  # KeySource holds exactly one
+    return (*_from_file(source.file, base_dir), (*where, "file"))
+
+
+def _label(source: KeySource) -> str:
+    return f"environment variable {source.env}" if source.env else f"key file '{source.file}'"
 
 
 def _from_env(name: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable, Iterable, Iterator
+from typing import Final
 from urllib.parse import urlsplit
 
 from .addresses import is_ip_address
 from .admin_address import parse_admin_address
-from .admission import LANE_FAST, Admission
+from .admission import LANE_FAST, Admission, RateLimits
 from .document import Document, KeyRef, SettingsRoute
 from .durations import format_duration_ms
 from .keyhash import parse_key_hash
@@ -506,16 +507,21 @@ def check_admission(doc: Document, at: Locator) -> Iterable[Problem]:
         )
 
 
+# An Envoy token bucket's size is a uint32.
+FAST_LANE_MAX_LIMIT: Final = 2**32 - 1
+
+
 def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
-    """`lane: fast` routes in Envoy alone, which so far admits nothing: a config with
-    anything to admit (tenants, rate limits, concurrency gates) needs `exact`."""
+    """`lane: fast` is decided by Envoy alone (docs/fast-lane.md): it checks client keys
+    itself, so each needs its `secret`, and it limits tenants and keys with token buckets,
+    but not yet per-model (route or provider) limits nor concurrency gates."""
     if doc.admission is None or doc.admission.lane != LANE_FAST:
         return
-    found = [f"{len(doc.tenants)} tenant(s)"] if doc.tenants else []
+    found = []
     if any(route.rate_limits for _, route in doc.routes) or any(
         provider.rate_limits for _, provider in doc.providers
     ):
-        found.append("rate limits")
+        found.append("per-model rate limits (routes or providers)")
     if any(route.concurrency for _, route in doc.routes) or any(
         provider.concurrency for _, provider in doc.providers
     ):
@@ -523,9 +529,33 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
     if found:
         yield at.error(
             ("admission", "lane"),
-            f"lane fast cannot yet admit requests, and this config has {', '.join(found)}: "
+            f"lane fast cannot yet enforce {' or '.join(found)}, which this config has: "
             "use lane: exact (docs/fast-lane.md)",
         )
+    for t, tenant in doc.tenants:
+        scopes: list[tuple[KeyPath, RateLimits | None]] = [
+            (("tenants", t, "rate_limits"), tenant.rate_limits)
+        ]
+        scopes += [
+            (("tenants", t, "keys", k, "rate_limits"), key.rate_limits)
+            for k, key in enumerate(tenant.keys)
+        ]
+        for path, limits in scopes:
+            for limit in limits.limits() if limits is not None else ():
+                if limit.limit > FAST_LANE_MAX_LIMIT:
+                    yield at.error(
+                        (*path, limit.kind),
+                        f"lane fast keeps limits in Envoy's token buckets, which hold at most "
+                        f"{FAST_LANE_MAX_LIMIT:,}; got {limit.limit:,}",
+                    )
+    for ref in doc.client_keys:
+        if ref.key.secret is None:
+            yield at.error(
+                ("tenants", ref.tenant, "keys", ref.index),
+                f"client key '{ref.key.name}' has no secret: with lane fast Envoy checks "
+                "keys itself, so it needs the key from `secret: {env: NAME}` or "
+                "`secret: {file: path}` (docs/fast-lane.md, \"Keys\")",
+            )
 
 
 def _token_estimates(doc: Document, at: Locator, admission: Admission) -> Iterator[Problem]:

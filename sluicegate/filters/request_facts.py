@@ -17,9 +17,7 @@ from .estimate import estimate_span_tokens
 from .jsonbody import BodyError, Member, decode_utf8, find_members
 
 MAX_N: Final = 128  # OpenAI's limit on `n`
-# Members sent to the model as input. `instructions` is the Responses API's
-# system prompt; tools and functions are rendered into the prompt by providers.
-PROMPT_MEMBERS: Final = ("messages", "prompt", "input", "instructions", "tools", "functions")
+PROMPT_MEMBERS: Final = wire.PROMPT_MEMBERS
 # Spellings of the output cap, first wins: chat (new, legacy) and the Responses API.
 MAX_TOKENS_MEMBERS: Final = wire.MAX_TOKENS_MEMBERS
 # Asking for log probabilities: the answer may then be many times the size of its text.

@@ -26,15 +26,18 @@ class Admission:
     """The `admission:` section, resolved, and the facts both sides read from it.
 
     enabled: tenants, rate limits or a concurrency gate exist, so admitted responses carry
-    x-ratelimit-* headers from dynamic metadata. keys_required: tenants exist, so every
-    request under a route prefix needs a client key, model listings included.
+    x-ratelimit-* headers from dynamic metadata. keys_required: tenants exist, so the
+    routing stage checks a client key on every request under a route prefix, model
+    listings included.
     counts_tokens: token limits exist, so real usage is read off responses to reconcile
     reservations (usage observer and usage access log). longest_queue_wait_ms: how long
     the routing stage may hold a request in a priority queue before answering.
     ext_proc_processes: how many ext_proc servers count limits and gates (config rule
     `Config.ext_proc_processes`): each gate's share is its total divided by it.
-    routed_by_envoy: `lane: fast` with nothing to admit: Envoy routes every request by
-    its model alone, and no routing stage runs (docs/fast-lane.md).
+    routed_by_envoy: `lane: fast`: Envoy decides every request alone (keys, tenants'
+    token buckets, model routing), and no routing stage runs (docs/fast-lane.md); the
+    facts above that concern the routing stage (enabled, keys_required, counts_tokens,
+    longest_queue_wait_ms) are then off.
     """
 
     enabled: bool = False
@@ -76,11 +79,13 @@ def resolve_admission(cfg: config.Config) -> Admission:
         provider.concurrency is not None for provider in cfg.providers
     )
     waits = [klass.max_wait for klass in section.priority_classes] if gated else []
-    enabled = bool(cfg.tenants) or gated or bool(cfg.declared_rate_limits())
+    # Validation refuses `fast` with what Envoy cannot enforce (config rule check_lane).
+    by_envoy = section.lane == config.LANE_FAST
+    enabled = (bool(cfg.tenants) or gated or bool(cfg.declared_rate_limits())) and not by_envoy
     return Admission(
         enabled=enabled,
-        keys_required=bool(cfg.tenants),
-        counts_tokens=cfg.counts_tokens(),
+        keys_required=bool(cfg.tenants) and not by_envoy,
+        counts_tokens=cfg.counts_tokens() and not by_envoy,
         longest_queue_wait_ms=max(waits, default=0),
         priority_classes=tuple(section.priority_classes),
         default_priority=section.default_priority,
@@ -89,6 +94,5 @@ def resolve_admission(cfg: config.Config) -> Admission:
         max_output_tokens=section.max_output_tokens,
         store=section.store,
         ext_proc_processes=cfg.ext_proc_processes(),
-        # Validation refuses `fast` with anything to admit (config rule check_lane).
-        routed_by_envoy=section.lane == config.LANE_FAST and not enabled,
+        routed_by_envoy=by_envoy,
     )

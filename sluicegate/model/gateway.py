@@ -77,6 +77,9 @@ class Gateway:
     # Where the structured access log goes: config.ACCESS_LOG_STDOUT, an absolute file
     # path, or None for no access log.
     access_log: str | None = None
+    # Client key name -> the key, for the keys Envoy checks itself in the fast lane
+    # (config.resolve_client_keys). Never printed.
+    client_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @cached_property
     def path_prefixes(self) -> tuple[str, ...]:
@@ -130,6 +133,7 @@ def build_model(
     cfg: config.Config,
     api_keys: Mapping[str, str | None],
     drained: AbstractSet[str] = frozenset(),
+    client_keys: Mapping[str, str] | None = None,
 ) -> Gateway:
     """Resolve a validated `cfg` into a `Gateway`.
 
@@ -138,6 +142,8 @@ def build_model(
     empty gets no Authorization header upstream; the client's own is removed either way.
     `drained` names providers taken out of rotation live (`sluicegate drain`); those
     marked `drain: true` in the file are added (routes.resolve_route says how).
+    `client_keys` maps a client key's name to the key itself, for those with a `secret`
+    (config.resolve_client_keys, which checks each against its hash): the fast lane's.
     """
     providers = {p.name: resolve_provider(p, api_keys.get(p.name)) for p in cfg.providers}
     drained = set(drained) | {p.name for p in cfg.providers if p.drain}
@@ -167,4 +173,5 @@ def build_model(
         warnings=tuple(warning for _, warning in resolved if warning is not None),
         scenarios=tuple(dict.fromkeys((config.DEFAULT_SCENARIO, *cfg.scenarios))),
         access_log=None if cfg.access_log is None else cfg.access_log.path,
+        client_keys=dict(client_keys or {}),
     )

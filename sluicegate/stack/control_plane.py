@@ -39,6 +39,7 @@ from sluicegate.config import (
     ConfigError,
     load_config,
     resolve_api_keys,
+    resolve_client_keys,
 )
 from sluicegate.latency import LatencyRouter, WeightChange
 from sluicegate.model import Gateway, build_model
@@ -85,6 +86,8 @@ class ControlPlane:
         self.reloads_ok = 0
         self.reloads_failed = 0
         self.keys: dict[str, str | None] = {}
+        # Client key name -> key, for keys Envoy checks itself (the fast lane).
+        self.client_keys: dict[str, str] = {}
         # Providers drained live by `sluicegate drain` (the file's `drain: true` adds to these).
         self.drained_file = drained_file
         self.drained: set[str] = _read_drained(drained_file)
@@ -92,12 +95,14 @@ class ControlPlane:
         self._memo = RouteMemo()
 
     def watched_paths(self) -> list[Path]:
-        """The config file, then the key files its last good version names (resolved as
-        `resolve_api_keys` does: relative to the config file's directory)."""
+        """The config file, then the key files its last good version names, providers' and
+        clients' (resolved as `resolve_api_keys` does: relative to the config file's
+        directory)."""
         paths = [self.path]
         if self.config is not None:
-            for provider in self.config.providers:
-                source = provider.api_key
+            sources = [provider.api_key for provider in self.config.providers]
+            sources += [key.secret for tenant in self.config.tenants for key in tenant.keys]
+            for source in sources:
                 if source is not None and source.file is not None:
                     key_file = Path(source.file).expanduser()
                     paths.append(
@@ -110,9 +115,11 @@ class ControlPlane:
         try:
             config = load_config(self.path)
             keys = resolve_api_keys(config, self.path)
+            client_keys = resolve_client_keys(config, self.path)
         except ConfigError as err:
             return self._reject([str(p) for p in err.errors], err.warnings)
         self.keys = keys
+        self.client_keys = client_keys
         return self.publish(config)
 
     def set_drained(self, provider: str, drained: bool) -> ReloadOutcome:
@@ -138,7 +145,7 @@ class ControlPlane:
 
     def publish(self, config: Config) -> ReloadOutcome:
         """Translate config (with drains applied) and hand it to Envoy and the filter."""
-        configured = build_model(config, self.keys, self.drained)
+        configured = build_model(config, self.keys, self.drained, self.client_keys)
         for warning in configured.warnings:
             log.warning("%s", warning)
         self.latency.load(configured)  # keeps what was learned of routes still there

@@ -24,7 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sluicegate.config import Config, ConfigError, load_config, resolve_api_keys
+from sluicegate.config import (
+    Config,
+    ConfigError,
+    load_config,
+    resolve_api_keys,
+    resolve_client_keys,
+)
 from sluicegate.stack.adoption import (
     Recorded,
     record,
@@ -66,6 +72,7 @@ async def run_up(options: UpOptions, stop_event: asyncio.Event | None = None) ->
     try:
         config = load_config(path)
         keys = resolve_api_keys(config, path)
+        resolve_client_keys(config, path)  # refused here, before anything starts
     except ConfigError as err:
         for problem in err.problems:
             log.error("%s", problem)
@@ -200,11 +207,14 @@ def _control_plane_spec(
 ) -> ChildSpec:
     """The control plane: ADS on `xds`, its endpoint on `http`; it logs to `up`'s output
     (reloads and their rejections are what a user of `up` watches). It reads the
-    providers' keys from the environment variables the file names (`api_key.env`),
+    providers' and clients' keys from the environment variables the file names
+    (`api_key.env`, `secret.env`),
     inherited from `up`: an adopted one must have the same values."""
     argv = _sluicegate("control-plane", str(path), "--xds", xds, "--http", http,
                        "--drained-file", str(work_dir / "drained.json"))  # fmt: skip
-    names = sorted({p.api_key.env for p in config.providers if p.api_key and p.api_key.env})
+    sources = [p.api_key for p in config.providers]
+    sources += [key.secret for tenant in config.tenants for key in tenant.keys]
+    names = sorted({source.env for source in sources if source and source.env})
     return ChildSpec(kind="control_plane", name="xds", address=xds, argv=argv, log_path=None,
                      matched_env=tuple(names))  # fmt: skip
 

@@ -20,6 +20,7 @@ import grpc
 # Register the resource types this client decodes (Any -> message needs the classes
 # imported somewhere; a benchmark process may import nothing else of Envoy's API).
 from envoy.config.cluster.v3 import cluster_pb2  # noqa: F401
+from envoy.config.core.v3 import extension_pb2  # noqa: F401
 from envoy.config.endpoint.v3 import endpoint_pb2  # noqa: F401
 from envoy.config.listener.v3 import listener_pb2  # noqa: F401
 from envoy.config.route.v3 import route_pb2  # noqa: F401

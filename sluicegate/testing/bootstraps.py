@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import extension_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
@@ -26,7 +27,7 @@ from google.protobuf.message import Message
 
 from sluicegate import wire
 from sluicegate.xds.resource import HTTP_PROTOCOL_OPTIONS, TYPE_PREFIX
-from sluicegate.xds.translate import CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET
+from sluicegate.xds.translate import CLUSTER, ENDPOINT, EXTENSION_CONFIG, LISTENER, ROUTE, SECRET
 
 
 def to_dict(message: Message) -> dict[str, Any]:
@@ -94,9 +95,15 @@ def edited_listeners(
 def static_bootstrap(
     resources: Mapping[str, Sequence[Message]], *, ext_proc_port: int, admin_port: int = 0
 ) -> dict[str, Any]:
-    """Listeners with inline route configs, EDS clusters turned STATIC with their CLA,
-    SDS secrets turned static (a static secret is named without `sds_config`)."""
+    """Listeners with inline route configs and filter configs (ECDS), EDS clusters turned
+    STATIC with their CLA, SDS secrets turned static (a static secret is named without
+    `sds_config`)."""
     routes = {r.name: r for r in resources[ROUTE] if isinstance(r, route_pb2.RouteConfiguration)}
+    extensions = {
+        e.name: e
+        for e in resources.get(EXTENSION_CONFIG, ())
+        if isinstance(e, extension_pb2.TypedExtensionConfig)
+    }
     assignments = {
         a.cluster_name: a
         for a in resources[ENDPOINT]
@@ -105,6 +112,9 @@ def static_bootstrap(
 
     def inline_routes(hcm: hcm_pb2.HttpConnectionManager) -> None:
         hcm.route_config.CopyFrom(routes[hcm.rds.route_config_name])
+        for http_filter in hcm.http_filters:
+            if http_filter.HasField("config_discovery"):
+                http_filter.typed_config.CopyFrom(extensions[http_filter.name].typed_config)
 
     listeners = [to_dict(listener) for listener in edited_listeners(resources, inline_routes)]
     clusters = []

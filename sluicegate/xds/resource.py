@@ -27,11 +27,15 @@ ROUTE: Final = TYPE_PREFIX + "envoy.config.route.v3.RouteConfiguration"
 CLUSTER: Final = TYPE_PREFIX + "envoy.config.cluster.v3.Cluster"
 ENDPOINT: Final = TYPE_PREFIX + "envoy.config.endpoint.v3.ClusterLoadAssignment"
 SECRET: Final = TYPE_PREFIX + "envoy.extensions.transport_sockets.tls.v3.Secret"
+#: ECDS: one filter's configuration, named by the filter (`HttpFilter.name`) that
+#: discovers it through `config_discovery`.
+EXTENSION_CONFIG: Final = TYPE_PREFIX + "envoy.config.core.v3.TypedExtensionConfig"
 
-#: Make-before-break push order (docs/xds-rules.md, rule 12): SDS, CDS, EDS, LDS, RDS.
-#: Secrets first since clusters name them; a type's dependencies precede it; types
-#: not listed here go after these.
-PUSH_ORDER: Final = (SECRET, CLUSTER, ENDPOINT, LISTENER, ROUTE)
+#: Make-before-break push order (docs/xds-rules.md, rule 12): SDS, ECDS, CDS, EDS, LDS,
+#: RDS. Secrets first since filter configs, clusters and listeners name them; filter
+#: configs before the listeners (and clusters' upstream filters) that discover them; a
+#: type's dependencies precede it; types not listed here go after these.
+PUSH_ORDER: Final = (SECRET, EXTENSION_CONFIG, CLUSTER, ENDPOINT, LISTENER, ROUTE)
 
 #: Types whose SotW responses carry the full state: a name missing from a
 #: response is deleted (xDS spec, "Resource types"; docs/xds-rules.md, rule 8).
@@ -46,8 +50,12 @@ _CLUSTER_LOAD_ASSIGNMENT: Final = ENDPOINT.removeprefix(TYPE_PREFIX)
 _RDS: Final = hcm_pb2.Rds.DESCRIPTOR.full_name
 _SDS_SECRET_CONFIG: Final = secret_pb2.SdsSecretConfig.DESCRIPTOR.full_name
 _ANY: Final = any_pb2.Any.DESCRIPTOR.full_name
-#: Messages that name a resource, or may contain one that does.
-_NAMING: Final = frozenset({_RDS, _SDS_SECRET_CONFIG, _ANY})
+_EXTENSION_CONFIG_SOURCE: Final = config_source_pb2.ExtensionConfigSource.DESCRIPTOR.full_name
+#: Messages that name a resource, or may contain one that does. An
+#: ExtensionConfigSource names nothing itself: the filter holding it (HttpFilter,
+#: a listener or network Filter) does, by its own `name`; listing it here keeps
+#: those filters walked.
+_NAMING: Final = frozenset({_RDS, _SDS_SECRET_CONFIG, _ANY, _EXTENSION_CONFIG_SOURCE})
 
 
 def resource_name(type_url: str, message: Any) -> str:
@@ -83,7 +91,8 @@ References = dict[str, set[str]]
 
 #: The types that can name other resources over ADS. Route configurations name
 #: clusters, but CDS is not a reference Envoy waits on (an unknown cluster is a 503).
-REFERRING_TYPES: Final = frozenset({CLUSTER, LISTENER})
+#: A filter config delivered by ECDS may name SDS secrets, as a cluster or listener can.
+REFERRING_TYPES: Final = frozenset({CLUSTER, LISTENER, EXTENSION_CONFIG})
 
 
 def references(type_url: str, message: Any, memo: dict[bytes, References] | None = None
@@ -93,8 +102,10 @@ def references(type_url: str, message: Any, memo: dict[bytes, References] | None
     xDS spec, "eventual consistency considerations": a client waits for every
     resource another one names, so they belong in the same snapshot
     (docs/xds-rules.md, rule 14). An EDS Cluster names its ClusterLoadAssignment,
-    a listener's HTTP connection manager its RouteConfiguration (RDS), and any
-    `SdsSecretConfig` (TLS transport sockets, credential injectors) its Secret.
+    a listener's HTTP connection manager its RouteConfiguration (RDS), any
+    `SdsSecretConfig` (TLS transport sockets, credential injectors) its Secret,
+    and any filter with `config_discovery` (an HCM's or a cluster's HttpFilter, a
+    listener or network Filter) its TypedExtensionConfig (ECDS), by the filter's name.
     Only references served by ADS count: a file or another server is not the
     snapshot's to hold. Nested `Any`s are unpacked when this process knows their
     type (Envoy nests most configuration in them); `memo` caches what an `Any`
@@ -134,6 +145,14 @@ def _collect(message: Any, found: References, memo: dict[bytes, References]) -> 
             found.setdefault(ROUTE, set()).add(message.route_config_name)
     elif full_name == _SDS_SECRET_CONFIG and _from_ads(message.sds_config) and message.name:
         found.setdefault(SECRET, set()).add(message.name)
+    elif (
+        _discovers(message.DESCRIPTOR)
+        and message.HasField("config_discovery")
+        and _from_ads(message.config_discovery.config_source)
+        and message.name
+    ):
+        # ECDS: Envoy subscribes to the filter's config by the filter's name.
+        found.setdefault(EXTENSION_CONFIG, set()).add(message.name)
     for field, value in message.ListFields():
         kind = _field_kind(field)
         if kind is _Kind.SKIP:
@@ -165,6 +184,19 @@ def _field_kind(field: FieldDescriptor) -> _Kind:
     if not _may_name(entry):
         return _Kind.SKIP
     return _Kind.REPEATED if field.is_repeated else _Kind.SINGLE
+
+
+@functools.cache
+def _discovers(descriptor: Descriptor) -> bool:
+    """Whether this is a filter that can take its config from ECDS: a `name` and a
+    `config_discovery` ExtensionConfigSource (HttpFilter, listener and network Filter)."""
+    discovery = descriptor.fields_by_name.get("config_discovery")
+    return (
+        "name" in descriptor.fields_by_name
+        and discovery is not None
+        and discovery.message_type is not None
+        and discovery.message_type.full_name == _EXTENSION_CONFIG_SOURCE
+    )
 
 
 @functools.cache

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.config import ConfigError, load_config, resolve_api_keys, validate_file
+from sluicegate.config import (
+    ConfigError,
+    hash_key,
+    load_config,
+    resolve_api_keys,
+    resolve_client_keys,
+    validate_file,
+)
 
 from .helpers import FIXTURES, MINIMAL
 
@@ -119,3 +126,48 @@ def test_validate_file_reports_secret_and_schema_problems_together(tmp_path: Pat
 def test_validate_file_with_keys_present(tmp_path: Path) -> None:
     path = _write(tmp_path, "{env: ALPHA_KEY}")
     assert validate_file(path, env={"ALPHA_KEY": SECRET}) == []
+
+
+CLIENT_KEY = "sk-sg-client-DO-NOT-LEAK"
+
+
+def _with_tenant(tmp_path: Path, secret: str, *, lane: str = "fast", limit: int = 10) -> Path:
+    tenant = (
+        f"admission: {{lane: {lane}}}\n"
+        "tenants:\n"
+        "  - name: team\n"
+        f"    rate_limits: {{requests: {limit}, per: 1m}}\n"
+        "    keys:\n"
+        f"      - {{name: ci, hash: \"{hash_key(CLIENT_KEY)}\"{secret}}}\n"
+    )
+    path = tmp_path / "routes.yaml"
+    path.write_text(MINIMAL + tenant)
+    return path
+
+
+def test_a_client_keys_secret_is_read_and_checked_against_its_hash(tmp_path: Path) -> None:
+    path = _with_tenant(tmp_path, ", secret: {env: CI_KEY}")
+    config = load_config(path)
+    assert resolve_client_keys(config, path, env={"CI_KEY": CLIENT_KEY}) == {"ci": CLIENT_KEY}
+    with pytest.raises(ConfigError) as caught:
+        resolve_client_keys(config, path, env={"CI_KEY": "sk-sg-another-key"})
+    (problem,) = caught.value.problems
+    assert problem.key_path == "tenants[0].keys[0].secret.env"
+    assert "does not match the key's hash" in problem.message
+    assert "sk-sg-another-key" not in str(problem) and CLIENT_KEY not in str(problem)
+    problems = validate_file(path, env={})
+    assert [p.key_path for p in problems] == ["tenants[0].keys[0].secret.env"]
+
+
+def test_the_fast_lane_needs_every_keys_secret_and_limits_a_bucket_can_hold(
+    tmp_path: Path,
+) -> None:
+    path = _with_tenant(tmp_path, "", limit=2**32)
+    problems = validate_file(path, env={})
+    assert [p.key_path for p in problems] == [
+        "tenants[0].rate_limits.requests",
+        "tenants[0].keys[0]",
+    ]
+    assert "at most 4,294,967,295" in problems[0].message
+    assert "has no secret" in problems[1].message
+    assert validate_file(_with_tenant(tmp_path, "", lane="exact", limit=2**32), env={}) == []

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from google.protobuf.message import Message
 
-from sluicegate.config import Config, load_config, resolve_api_keys
+from sluicegate.config import Config, load_config, resolve_api_keys, resolve_client_keys
 from sluicegate.model import Gateway, build_model
 from sluicegate.xds.translate import translate
 
@@ -46,22 +46,26 @@ def load_case(path: Path) -> tuple[Config, dict[str, str | None]]:
     return config, resolve_api_keys(config, path, env=fake_environment(config))
 
 
-def model_from(config: Config, keys: dict[str, str | None]) -> Gateway:
+def model_from(
+    config: Config, keys: dict[str, str | None], path: Path | None = None
+) -> Gateway:
     """The one place the tests build the resolved model (as the control plane does, with
-    the file's drains and none made live)."""
-    return build_model(config, keys)
+    the file's drains and none made live, and the client keys' secrets of the file at
+    `path`)."""
+    client_keys = None if path is None else resolve_client_keys(config, path, env={})
+    return build_model(config, keys, client_keys=client_keys)
 
 
 def translate_case(path: Path) -> dict[str, list[Message]]:
     """Every resource of the config file at `path`, keyed by type URL."""
-    return translate(model_from(*load_case(path)))
+    return translate(model_from(*load_case(path), path))
 
 
 def model_of(case: str) -> Gateway:
     path = case_path(case)
     if not path.is_file():
         raise KeyError(f"no case {case!r}: {path} does not exist")
-    return model_from(*load_case(path))
+    return model_from(*load_case(path), path)
 
 
 def config_of(document: str) -> Config:

@@ -32,7 +32,14 @@ import pytest
 import yaml
 
 from sluicegate.config import Problem, validate_file
-from sluicegate.xds.translate import CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET
+from sluicegate.xds.translate import (
+    CLUSTER,
+    ENDPOINT,
+    EXTENSION_CONFIG,
+    LISTENER,
+    ROUTE,
+    SECRET,
+)
 
 from .cases import TESTDATA, case_names, case_path, translate_case
 from .envoy_harness import ads_bootstrap, static_bootstrap, to_dict, validate
@@ -44,6 +51,7 @@ REGENERATE = "if intended, regenerate with SLUICEGATE_UPDATE_GOLDENS=1 and revie
 FILES = {
     CLUSTER: "clusters",
     ENDPOINT: "endpoints",
+    EXTENSION_CONFIG: "extension_configs",
     LISTENER: "listeners",
     ROUTE: "routes",
     SECRET: "secrets",

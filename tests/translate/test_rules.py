@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 from sluicegate import wire
 from sluicegate.config import Config, normalize_path_prefix
 from sluicegate.model import Gateway, build_model, match_order
-from sluicegate.xds.resource import PUSH_ORDER
+from sluicegate.xds.resource import EXTENSION_CONFIG, PUSH_ORDER
 from sluicegate.xds.translate import (
     CLUSTER,
     CREDENTIALS_FILTER,
@@ -164,8 +164,10 @@ def test_client_model_and_usage_headers_are_removed_before_routing() -> None:
     (extension,) = hcm.early_header_mutation_extensions
     mutation = early_pb2.HeaderMutation()
     assert extension.typed_config.Unpack(mutation)
-    model, observer, stream, envoy_headers = mutation.mutations
+    model, observer, stream, client, envoy_headers = mutation.mutations
     assert model.remove == wire.MODEL_HEADER
+    # Only Envoy's key check names the client (the fast lane).
+    assert client.remove == wire.CLIENT_HEADER
     # Only the admission stage may say who reads a request's usage.
     assert observer.remove == wire.USAGE_HEADER
     # Only the routing stage may send a request to a route's stream twin (first_token).
@@ -552,7 +554,8 @@ def test_models_list_json_is_openai_shaped() -> None:
 
 def test_every_type_url_is_present_and_names_are_sorted_and_unique() -> None:
     resources = translate(model_of("rewrite"))
-    assert set(resources) == set(PUSH_ORDER) == {SECRET, LISTENER, ROUTE, CLUSTER, ENDPOINT}
+    assert set(resources) == set(PUSH_ORDER)
+    assert set(resources) == {SECRET, EXTENSION_CONFIG, LISTENER, ROUTE, CLUSTER, ENDPOINT}
     for type_url, items in resources.items():
         names = [resource_name(type_url, item) for item in items]
         assert names == sorted(set(names)), type_url

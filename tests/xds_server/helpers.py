@@ -87,6 +87,38 @@ def listener(name: str, route_name: str, port: int = 10000) -> Any:
     return lis
 
 
+#: The type a Lua filter's config has; an ECDS filter lists the types it accepts.
+LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
+
+
+def lua_config(name: str, header_value: str) -> Any:
+    """An ECDS resource: a Lua filter `name` that adds `x-ecds: header_value` to responses."""
+    from envoy.config.core.v3 import extension_pb2
+    from envoy.extensions.filters.http.lua.v3 import lua_pb2
+
+    code = f"function envoy_on_response(h) h:headers():add('x-ecds', '{header_value}') end"
+    config = extension_pb2.TypedExtensionConfig(name=name)
+    config.typed_config.Pack(lua_pb2.Lua(default_source_code={"inline_string": code}))
+    return config
+
+
+def ecds_listener(name: str, route_name: str, filters: Iterable[str], port: int = 10000,
+                  source: Any = None) -> Any:  # fmt: skip
+    """`listener`, with HTTP filters (before the router) whose configs come from ECDS,
+    each named by the filter (`source`: where from; ADS by default)."""
+    lis = listener(name, route_name, port)
+    manager = hcm_pb2.HttpConnectionManager()
+    packed = lis.filter_chains[0].filters[0].typed_config
+    packed.Unpack(manager)
+    for index, filter_name in enumerate(filters):
+        http_filter = hcm_pb2.HttpFilter(name=filter_name)
+        http_filter.config_discovery.config_source.CopyFrom(source or ads_source())
+        http_filter.config_discovery.type_urls.append(LUA)
+        manager.http_filters.insert(index, http_filter)
+    packed.Pack(manager, deterministic=True)
+    return lis
+
+
 def snapshot(
     clusters: Iterable[str] = ("a",),
     endpoints: dict[str, int] | None = None,

@@ -142,6 +142,22 @@ async def test_rule_9_delta_wildcard(ads: Ads) -> None:
     await eds.quiet()
 
 
+async def test_rule_9_delta_wildcard_on_an_empty_type_is_answered(ads: Ads) -> None:
+    # Envoy starts its listeners only after its first CDS answer; without one it
+    # waits out CDS's initial_fetch_timeout (15 s), as it did for a snapshot without
+    # clusters in test_envoy_ecds_e2e.py before this rule.
+    ads.cache.set_snapshot(Snapshot.from_resources({LISTENER: [listener("l", "r")],
+                                                    ROUTE: [route("r")]}))  # fmt: skip
+    raw = ads.delta()
+    await raw.send(node=ads.node("n"), type_url=CLUSTER)
+    empty = await raw.recv()
+    assert empty.type_url == CLUSTER
+    assert list(empty.resources) == [] and list(empty.removed_resources) == []
+    await raw.ack(empty)
+    await raw.send(type_url=LISTENER)
+    assert names_of(await raw.recv()) == ["l"]
+
+
 async def test_rule_9_unsubscribe_name_also_in_wildcard(ads: Ads) -> None:
     ads.cache.set_snapshot(snapshot(["a"]))
     raw = ads.delta()

@@ -15,12 +15,14 @@ Decisions (the rule numbers are those of docs/xds-rules.md):
   resend a NACKed version, holds the rest of that push (make before break).
 - Rule 6: a SotW request with a stale nonce still counts as ACK/NACK for
   `status()`, but changes nothing else and gets no answer.
+- Rule 9: a new wildcard subscription is answered even when it has nothing to
+  send (delta too), since Envoy starts its listeners only after its first CDS answer.
 - Rule 12: a push runs in steps, each waiting for the client's answers (or
-  `ack_timeout`): secrets; clusters with endpoints; listeners; routes; then
-  removals. SotW CDS first carries old and new clusters, the final CDS goes
-  out last. Clusters that changed get their endpoints resent even if those
-  did not change: Envoy keeps a changed cluster warming (and its CDS ACK
-  back) until it has them.
+  `ack_timeout`): secrets; filter configs (ECDS); clusters with endpoints;
+  listeners; routes; then removals. SotW CDS first carries old and new
+  clusters, the final CDS goes out last. Clusters that changed get their
+  endpoints resent even if those did not change: Envoy keeps a changed
+  cluster warming (and its CDS ACK back) until it has them.
 - Rule 14: `SnapshotCache.set_snapshot` refuses (raises `InconsistentSnapshot`)
   a snapshot lacking a resource another in it names over ADS; the last good
   snapshot keeps serving.
@@ -29,6 +31,7 @@ Decisions (the rule numbers are those of docs/xds-rules.md):
 from sluicegate.xds.resource import (
     CLUSTER,
     ENDPOINT,
+    EXTENSION_CONFIG,
     FULL_STATE_TYPES,
     LISTENER,
     PUSH_ORDER,
@@ -50,6 +53,7 @@ from sluicegate.xds.server.status import AdsStatus, NackRecord, NodeStatus, Type
 __all__ = [
     "CLUSTER",
     "ENDPOINT",
+    "EXTENSION_CONFIG",
     "FULL_STATE_TYPES",
     "LISTENER",
     "PUSH_ORDER",

@@ -121,7 +121,11 @@ class DeltaStream(AdsStream):
                     upserts[name] = found
                 else:
                     removed[name] = None
-        if upserts or removed:
+        # Rule 9: a new wildcard subscription is answered even when there is nothing
+        # to send (the type is empty): Envoy initializes its listeners only after its
+        # first CDS answer, and would otherwise wait out CDS's initial_fetch_timeout.
+        fresh_wildcard = first and state.sub.wildcard and not initial
+        if upserts or removed or fresh_wildcard:
             await self._send(type_url, state, snapshot, upserts, tuple(removed))
 
     async def _push(self, type_url: str, phase: Phase) -> Pending | None:

@@ -25,6 +25,7 @@ import grpc
 from sluicegate.xds.resource import (
     CLUSTER,
     ENDPOINT,
+    EXTENSION_CONFIG,
     LISTENER,
     PUSH_ORDER,
     ROUTE,
@@ -64,23 +65,28 @@ Step = list[tuple[str, Phase]]
 
 
 def push_plan(type_urls: Iterable[str]) -> list[Step]:
-    """Rule 12: CDS, then EDS, then LDS, then RDS; stale resources removed last.
+    """Rule 12: SDS, ECDS, then CDS with EDS, then LDS, then RDS; stale resources removed last.
 
     Each step waits for the client's answer to what it sent before the next
     one starts. CDS and EDS share a step: Envoy does not ACK a changed
     cluster until it has its endpoints again, so EDS must not wait for that
-    ACK. Secrets go first since clusters and listeners refer to them; types
-    other than the five known ones follow RDS. Removals come last, in one step.
+    ACK. Secrets go first since filter configs, clusters and listeners refer
+    to them; filter configs (ECDS) next, before the listeners and clusters
+    whose filters discover them, so a changed filter config is in place
+    before a listener that needs it, and changing only a filter config
+    pushes only that. Types other than the six known ones follow RDS.
+    Removals come last, in one step.
     """
     present = set(type_urls)
     extras = sorted(present - set(PUSH_ORDER))
     steps: list[Step] = [
         [(SECRET, Phase.UPSERT)],
+        [(EXTENSION_CONFIG, Phase.UPSERT)],
         [(CLUSTER, Phase.UPSERT), (ENDPOINT, Phase.UPSERT)],
         [(LISTENER, Phase.FULL)],
         [(ROUTE, Phase.UPSERT)],
         *([(t, Phase.UPSERT)] for t in extras),
-        [(t, Phase.REMOVE) for t in (ROUTE, *extras, CLUSTER, ENDPOINT, SECRET)],
+        [(t, Phase.REMOVE) for t in (ROUTE, *extras, CLUSTER, ENDPOINT, EXTENSION_CONFIG, SECRET)],
     ]
     kept = ([(t, p) for t, p in step if t in present] for step in steps)
     return [step for step in kept if step]

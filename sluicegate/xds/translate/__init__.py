@@ -17,6 +17,7 @@ from sluicegate.model import Gateway
 from sluicegate.xds.resource import (
     CLUSTER,
     ENDPOINT,
+    EXTENSION_CONFIG,
     LISTENER,
     ROUTE,
     SECRET,
@@ -25,6 +26,7 @@ from sluicegate.xds.resource import (
 
 from .clusters import build_clusters
 from .endpoints import build_endpoints
+from .envoy_routing import fast_lane_extensions
 from .listeners import build_listeners
 from .memo import RouteMemo
 from .routes import build_route_configurations
@@ -34,6 +36,7 @@ __all__ = [
     "CLUSTER",
     "CREDENTIALS_FILTER",
     "ENDPOINT",
+    "EXTENSION_CONFIG",
     "LISTENER",
     "ROUTE",
     "SECRET",
@@ -51,11 +54,13 @@ def translate(gateway: Gateway, memo: RouteMemo | None = None) -> dict[str, list
 
     ENDPOINT holds assignments only for EDS clusters; DNS clusters carry theirs inline.
     SECRET holds the provider keys the clusters name (secrets.py); nothing else does.
+    EXTENSION_CONFIG holds the fast lane's filter configurations (envoy_routing.py).
     With a `memo` (the control plane keeps one across reloads), unchanged routes reuse
     their resources from the previous call: same output, far less work (memo.py).
     """
     resources: dict[str, list[Message]] = {
         SECRET: list(build_secrets(gateway)),
+        EXTENSION_CONFIG: list(fast_lane_extensions(gateway)),
         CLUSTER: list(build_clusters(gateway, memo)),
         ENDPOINT: list(build_endpoints(gateway, memo)),
         LISTENER: list(build_listeners(gateway)),

@@ -1,19 +1,23 @@
-"""Routing without Python (`admission.lane: fast` with nothing to admit; docs/fast-lane.md).
+"""The fast lane (`admission.lane: fast`; docs/fast-lane.md): requests decided by Envoy alone.
 
-No routing stage runs: Envoy's model reader (model_reader.py, a Lua filter) reads the
+No routing stage runs. With tenants, Envoy's key check (client_keys.py) comes first and
+names the client; then Envoy's model reader (model_reader.py, a Lua filter) reads the
 body's `model` and `stream` into the `sluicegate` metadata namespace, names the usage
 reader in wire.USAGE_HEADER and clears the route cache; the request re-matches here:
 
 - per model, its stream twin (metadata `stream` is `true`) and its plain route, matched
   on metadata `model` instead of the routing stage's headers (streams.py);
 - per prefix, after every model route: each body problem the reader found, answered 400
-  as the routing stage words it, then a model no route serves, 404; OpenAI error JSON
-  from Envoy itself (local_replies.BODY_REFUSALS, MODEL_NOT_SERVED).
+  as the routing stage words it, a model the tenant may not use, 403, then a model no
+  route serves, 404; OpenAI error JSON from Envoy itself (local_replies.BODY_REFUSALS,
+  MODEL_NOT_ALLOWED, MODEL_NOT_SERVED).
+
+Between the reader and the router, each limited tenant's token buckets (tenant_limits.py).
 """
 
 from __future__ import annotations
 
-from envoy.config.core.v3 import base_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -23,23 +27,77 @@ from envoy.type.matcher.v3 import metadata_pb2, string_pb2, value_pb2
 from sluicegate import wire
 from sluicegate.local_replies import (
     BODY_REFUSALS,
+    MODEL_NOT_ALLOWED,
     MODEL_NOT_SERVED,
     BodyRefusal,
     answered_route_name,
 )
+from sluicegate.model import Gateway
 
+from ._proto import pack
+from .client_keys import CLIENT_KEYS_FILTER, client_keys_config
 from .errors_json import error_body, json_reply_headers
-from .model_reader import META_BODY_PROBLEM, MODEL_READER_FILTER, model_reader_config
+from .model_reader import (
+    META_BODY_PROBLEM,
+    MODEL_READER_FILTER,
+    TenantFacts,
+    model_reader_config,
+)
+from .tenant_limits import (
+    charges_estimates,
+    limited_tenants,
+    limits_filter_name,
+    tenant_limits_config,
+)
 
 
-def routing_filters(default_max_tokens: int) -> list[hcm_pb2.HttpFilter]:
-    """The model reader, in place of the routing stage."""
+def routing_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
+    """In place of the routing stage: the key check (with tenants), the model reader, and
+    each limited tenant's buckets, each discovered by its name over ADS (ECDS): a change
+    to one is pushed alone, and leaves the listener and the other filters, with their
+    token buckets, as they are."""
     return [
         hcm_pb2.HttpFilter(
-            name=MODEL_READER_FILTER,
-            typed_config=model_reader_config(default_max_tokens),
+            name=extension.name,
+            config_discovery=config_source_pb2.ExtensionConfigSource(
+                config_source=config_source_pb2.ConfigSource(
+                    ads=config_source_pb2.AggregatedConfigSource(),
+                    resource_api_version=config_source_pb2.V3,
+                ),
+                type_urls=[extension.typed_config.type_url],
+            ),
         )
+        for extension in _in_filter_order(fast_lane_extensions(gateway))
     ]
+
+
+def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionConfig]:
+    """The configurations routing_filters' filters discover (ECDS), sorted by name."""
+    if not gateway.admission.routed_by_envoy:
+        return []
+    configs = []
+    if gateway.tenants:
+        configs.append((CLIENT_KEYS_FILTER, client_keys_config(gateway)))
+    tenants = {t.name: TenantFacts(t.priority, t.models) for t in gateway.tenants}
+    limited = limited_tenants(gateway)
+    reader = model_reader_config(
+        gateway.admission.default_max_tokens, tenants, estimates=charges_estimates(limited)
+    )
+    configs.append((MODEL_READER_FILTER, reader))
+    configs += [(limits_filter_name(t.name), tenant_limits_config(t)) for t in limited]
+    return [
+        extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(config))
+        for name, config in sorted(configs, key=lambda item: item[0])
+    ]
+
+
+def _in_filter_order(
+    extensions: list[extension_pb2.TypedExtensionConfig],
+) -> list[extension_pb2.TypedExtensionConfig]:
+    """The key check, then the model reader, then the buckets (which read what the reader
+    wrote)."""
+    first = {CLIENT_KEYS_FILTER: 0, MODEL_READER_FILTER: 1}
+    return sorted(extensions, key=lambda item: (first.get(item.name, 2), item.name))
 
 
 def _metadata_match(key: str, value: value_pb2.ValueMatcher) -> metadata_pb2.MetadataMatcher:
@@ -68,8 +126,8 @@ def model_routes(plain: rc.Route, twin: rc.Route, model: str) -> list[rc.Route]:
 
 
 def answered_routes(prefix: str) -> list[rc.Route]:
-    """Under `prefix`, after every model route: each body error, then a model no route
-    serves."""
+    """Under `prefix`, after every model route: each body error, a model the tenant may
+    not use, then a model no route serves."""
     routes = [
         _json_reply(
             prefix,
@@ -79,7 +137,7 @@ def answered_routes(prefix: str) -> list[rc.Route]:
                 value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=error.problem)),
             ),
         )
-        for error in BODY_REFUSALS
+        for error in (*BODY_REFUSALS, MODEL_NOT_ALLOWED)
     ]
     served = _metadata_match(wire.META_MODEL, value_pb2.ValueMatcher(present_match=True))
     routes.append(_json_reply(prefix, MODEL_NOT_SERVED, served))

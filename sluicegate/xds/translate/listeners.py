@@ -46,7 +46,14 @@ from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import wrappers_pb2
 
 from sluicegate import wire
-from sluicegate.local_replies import FAULT_CODE, FAULT_FLAG, OVERLOAD_CODE, OVERLOAD_FLAG
+from sluicegate.local_replies import (
+    FAST_LANE_REFUSALS,
+    FAULT_CODE,
+    FAULT_FLAG,
+    OVERLOAD_CODE,
+    OVERLOAD_FLAG,
+    EnvoyRefusal,
+)
 from sluicegate.model import Admission, Gateway, Limits, Listener
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
@@ -77,14 +84,13 @@ def build_listeners(gateway: Gateway) -> list[listener_pb2.Listener]:
     """One Listener per config listener, sorted by name."""
     learns = any(route.learns_weights for route in gateway.routes)
     return [
-        _listener(listener, gateway.limits, gateway.admission, learns)
+        _listener(listener, gateway, learns)
         for listener in gateway.listeners
     ]
 
 
-def _listener(
-    listener: Listener, limits: Limits, admission: Admission, learns_weights: bool
-) -> listener_pb2.Listener:
+def _listener(listener: Listener, gateway: Gateway, learns_weights: bool) -> listener_pb2.Listener:
+    limits = gateway.limits
     return listener_pb2.Listener(
         name=listener.resource_name,
         address=address_pb2.Address(
@@ -102,7 +108,7 @@ def _listener(
                     listener_components_pb2.Filter(
                         name=HCM_FILTER,
                         typed_config=pack(
-                            _http_connection_manager(listener, limits, admission, learns_weights)
+                            _http_connection_manager(listener, gateway, learns_weights)
                         ),
                     ),
                 ]
@@ -140,11 +146,12 @@ def request_timeout_ms(limits: Limits, admission: Admission) -> int:
     return limits.request_timeout_ms + held_ms + limits.ext_proc_message_timeout_ms
 
 
-def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilter]:
-    """ext_proc routing (admission), or Envoy's own model reader (envoy_routing.py) →
+def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
+    """ext_proc routing (admission), or the fast lane's filters (envoy_routing.py) →
     usage readers → fault → error bodies → router."""
-    if admission.routed_by_envoy:  # no routing stage: Envoy reads the model itself
-        filters = routing_filters(admission.default_max_tokens)
+    limits, admission = gateway.limits, gateway.admission
+    if admission.routed_by_envoy:  # no routing stage: Envoy decides each request
+        filters = routing_filters(gateway)
     else:
         # The routing stage writes dynamic metadata on every request (the request record's
         # facts, and with admission the reservation and the x-ratelimit-* values); Envoy
@@ -172,8 +179,9 @@ def _http_filters(limits: Limits, admission: Admission) -> list[hcm_pb2.HttpFilt
 
 
 def _http_connection_manager(
-    listener: Listener, limits: Limits, admission: Admission, learns_weights: bool
+    listener: Listener, gateway: Gateway, learns_weights: bool
 ) -> hcm_pb2.HttpConnectionManager:
+    limits, admission = gateway.limits, gateway.admission
     return hcm_pb2.HttpConnectionManager(
         stat_prefix=listener.name,
         rds=hcm_pb2.Rds(
@@ -207,8 +215,8 @@ def _http_connection_manager(
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
         early_header_mutation_extensions=[_strip_internal_headers()],
-        http_filters=_http_filters(limits, admission),
-        local_reply_config=local_reply_config(limits),
+        http_filters=_http_filters(gateway),
+        local_reply_config=local_reply_config(limits, fast_lane=admission.routed_by_envoy),
         # Every request's record: /metrics, the JSON access log, and the charge of its
         # reservation (docs/metrics.md).
         # With a `routing: latency` route, the records of those routes also go to the
@@ -242,6 +250,7 @@ def _strip_internal_headers() -> extension_pb2.TypedExtensionConfig:
                     mutation_rules_pb2.HeaderMutation(remove=wire.MODEL_HEADER),
                     mutation_rules_pb2.HeaderMutation(remove=wire.USAGE_HEADER),
                     mutation_rules_pb2.HeaderMutation(remove=wire.STREAM_HEADER),
+                    mutation_rules_pb2.HeaderMutation(remove=wire.CLIENT_HEADER),
                     mutation_rules_pb2.HeaderMutation(
                         remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(
                             key_matcher=string_pb2.StringMatcher(prefix=ENVOY_HEADER_PREFIX)
@@ -253,14 +262,18 @@ def _strip_internal_headers() -> extension_pb2.TypedExtensionConfig:
     )
 
 
-def local_reply_config(limits: Limits) -> hcm_pb2.LocalReplyConfig:
+def local_reply_config(limits: Limits, *, fast_lane: bool = False) -> hcm_pb2.LocalReplyConfig:
     """OpenAI error bodies for Envoy's own replies; JSON replies pass through unchanged.
 
-    Upstream failures (timeouts, overflow, no healthy provider …) are matched first, by
-    response code details or flags, each with its own `code` (upstream_errors.py); the
-    rest by status.
+    In the fast lane, the refusals of Envoy's key check and token buckets come first, by
+    their details (local_replies.FAST_LANE_REFUSALS). Upstream failures (timeouts,
+    overflow, no healthy provider …) are matched next, by response code details or flags,
+    each with its own `code` (upstream_errors.py); the rest by status.
     """
-    mappers = [_json_passthrough_mapper(), _fault_mapper(), _overload_mapper()]
+    mappers = [_json_passthrough_mapper()]
+    if fast_lane:
+        mappers += [_fast_lane_mapper(refusal) for refusal in FAST_LANE_REFUSALS]
+    mappers += [_fault_mapper(), _overload_mapper()]
     mappers.extend(_upstream_error_mapper(error) for error in UPSTREAM_ERRORS)
     for error in LOCAL_REPLY_ERRORS:
         if error.status == 413:
@@ -287,6 +300,14 @@ def local_reply_config(limits: Limits) -> hcm_pb2.LocalReplyConfig:
     return hcm_pb2.LocalReplyConfig(
         mappers=mappers,
         body_format=_error_format("%LOCAL_REPLY_BODY%", "server_error", None),
+    )
+
+
+def _fast_lane_mapper(refusal: EnvoyRefusal) -> hcm_pb2.ResponseMapper:
+    return hcm_pb2.ResponseMapper(
+        filter=_cel_filter(f"response.code_details == '{refusal.details}'"),
+        body_format_override=_error_format(refusal.message, refusal.type, refusal.code),
+        headers_to_add=_reply_headers(*refusal.headers),
     )
 
 

@@ -19,6 +19,14 @@ into a document (about 40 ms a MB on Envoy's worker: a 100 KB prompt held the wo
 
 then clears the route cache, so the request re-matches on the metadata (routes.py).
 
+With tenants (docs/fast-lane.md, "Keys" and "Limits") it also reads the client Envoy's
+key check named in wire.CLIENT_HEADER (removing the header), writes the request's
+tenant, key name and priority class, refuses a model the tenant may not use
+(`model_not_allowed`), and, when a tenant or key limits tokens, writes the request's
+estimate: input tokens over the prompt members as filters/estimate.py counts them,
+output tokens as the allowance, and their sum, which the tenants' token buckets charge
+(tenant_limits.py).
+
 It checks the top level's structure (brackets, strings, a top-level scalar's form), not
 every value: a value it does not read is the provider's to judge, as is the text's
 UTF-8. A body it could read differently from a provider's parser is refused as not
@@ -31,33 +39,74 @@ no backslash: config validation).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.lua.v3 import lua_pb2
-from google.protobuf import any_pb2
 
 from sluicegate import wire
-
-from ._proto import pack
+from sluicegate.local_replies import MODEL_NOT_ALLOWED
 
 MODEL_READER_FILTER: Final = "sluicegate.model_reader"
 META_BODY_PROBLEM: Final = "body_problem"
 
 
 
+@dataclass(frozen=True, slots=True)
+class TenantFacts:
+    """What the reader knows of one tenant: its priority class and the models it may use
+    (None: every served model)."""
+
+    priority: str
+    models: frozenset[str] | None
+
+
+def _lua_string(value: str) -> str:
+    # Names and models hold no quote, backslash or control character (config validation).
+    return f'"{value}"'
+
+
 def _lua_list(values: tuple[str, ...]) -> str:
-    return "{" + ", ".join(f'"{value}"' for value in values) + "}"
+    return "{" + ", ".join(_lua_string(value) for value in values) + "}"
 
 
-def model_reader_lua(default_max_tokens: int) -> str:
+def _lua_tenants(tenants: Mapping[str, TenantFacts]) -> str:
+    rows = []
+    for name in sorted(tenants):
+        facts = tenants[name]
+        models = (
+            "nil"
+            if facts.models is None
+            else "{" + ", ".join(f"[{_lua_string(m)}] = true" for m in sorted(facts.models)) + "}"
+        )
+        rows.append(
+            f"  [{_lua_string(name)}] = {{priority = {_lua_string(facts.priority)}, "
+            f"models = {models}}},"
+        )
+    return "{\n" + "\n".join(rows) + "\n}" if rows else "{}"
+
+
+def model_reader_lua(
+    default_max_tokens: int,
+    tenants: Mapping[str, TenantFacts] | None = None,
+    *,
+    estimates: bool = False,
+) -> str:
     """The filter's source; `default_max_tokens` is the allowance of a request that names
-    no output cap (admission.default_max_tokens)."""
+    no output cap (admission.default_max_tokens); `tenants` those Envoy's key check may
+    name; with `estimates`, each request's token estimate is written (a tenant or key
+    limits tokens)."""
     return rf"""
 local NAMESPACE = "{wire.METADATA_NAMESPACE}"
 local ENDPOINTS = {_lua_list(wire.GENERATION_ENDPOINTS)}
 local CAPS = {_lua_list(wire.MAX_TOKENS_MEMBERS)}
 local LOGPROBS = {_lua_list(wire.LOGPROBS_MEMBERS)}
+local PROMPT = {{}}
+for _, name in ipairs({_lua_list(wire.PROMPT_MEMBERS)}) do PROMPT[name] = true end
+local TENANTS = {_lua_tenants(tenants or {})}
+local ESTIMATES = {"true" if estimates else "false"}
 local WANTED = {{model = true, stream = true, n = true, stream_options = true}}
 for _, name in ipairs(CAPS) do WANTED[name] = true end
 for _, name in ipairs(LOGPROBS) do WANTED[name] = true end
@@ -127,7 +176,7 @@ end
 
 -- The top-level members in WANTED (raw text), the first one repeated and the first of
 -- `model` and `stream` repeated; or nil and a problem.
-local function members(text)
+local function members(text, spans)
   local i = find(text, "[^ \t\r\n]")
   if i == nil then return nil, "json" end
   if byte(text, i) ~= 123 then return nil, not_object(text, i) end
@@ -152,6 +201,10 @@ local function members(text)
     if start == nil then return nil, "json" end
     local stop = value_end(text, start)
     if stop == nil then return nil, "json" end
+    if spans ~= nil and PROMPT[key] then
+      spans[#spans + 1] = start
+      spans[#spans + 1] = stop
+    end
     if WANTED[key] then
       if found[key] ~= nil then
         repeated = repeated or key
@@ -177,6 +230,35 @@ local function whole(raw)
   return tonumber(raw)
 end
 
+-- What the client allows out: (its cap or the default) per choice.
+local function allowance(found)
+  local cap = nil
+  for _, name in ipairs(CAPS) do
+    if cap == nil then cap = whole(found[name]) end
+  end
+  local n = whole(found.n)
+  return (cap or {default_max_tokens}) * ((n ~= nil and n > 0) and n or 1)
+end
+
+-- The input estimate over the prompt members' spans (filters/estimate.py): ASCII
+-- characters / 4, rounded up once, plus one per other character. One search finds
+-- whether the body holds any byte above 127 (the usual body holds none).
+local function input_estimate(text, spans)
+  local ascii, other = 0, 0
+  for s = 1, #spans, 2 do ascii = ascii + spans[s + 1] - spans[s] + 1 end
+  local k = find(text, "[\128-\255]")
+  while k ~= nil do
+    for s = 1, #spans, 2 do
+      if k >= spans[s] and k <= spans[s + 1] then
+        ascii = ascii - 1
+        if byte(text, k) >= 192 then other = other + 1 end
+      end
+    end
+    k = find(text, "[\128-\255]", k + 1)
+  end
+  return math.ceil(ascii / 4) + other
+end
+
 -- Who reads the answer's usage (filters/usage_reader.py, without reservations); with a
 -- member it reads repeated, nobody reads a JSON answer's.
 local function reader(path, found, stream, repeated)
@@ -195,13 +277,7 @@ local function reader(path, found, stream, repeated)
       return "{wire.USAGE_UNREAD}"
     end
   end
-  local cap = nil
-  for _, name in ipairs(CAPS) do
-    if cap == nil then cap = whole(found[name]) end
-  end
-  local n = whole(found.n)
-  local allowance = (cap or {default_max_tokens}) * ((n ~= nil and n > 0) and n or 1)
-  if allowance > {wire.LOG_MAX_OUTPUT_TOKENS} then return "{wire.USAGE_UNREAD}" end
+  if allowance(found) > {wire.LOG_MAX_OUTPUT_TOKENS} then return "{wire.USAGE_UNREAD}" end
   return "{wire.USAGE_BY_LOG}"
 end
 
@@ -210,13 +286,32 @@ local function refuse(handle, problem)
   handle:clearRouteCache()
 end
 
+-- The tenant Envoy's key check named (wire.CLIENT_HEADER: "<tenant>/<key name>"), written
+-- for the record and the limits; the header goes no further.
+local function client(handle, headers)
+  local named = headers:get("{wire.CLIENT_HEADER}")
+  if named == nil then return nil end
+  headers:remove("{wire.CLIENT_HEADER}")
+  local tenant, key = string.match(named, "^([^/]+)/(.+)$")
+  local facts = TENANTS[tenant]
+  if facts == nil then return nil end
+  local meta = handle:streamInfo():dynamicMetadata()
+  meta:set(NAMESPACE, "{wire.META_TENANT}", tenant)
+  meta:set(NAMESPACE, "{wire.META_KEY_NAME}", key)
+  meta:set(NAMESPACE, "{wire.META_PRIORITY}", facts.priority)
+  return facts
+end
+
 function envoy_on_request(handle)
+  local tenant = client(handle, handle:headers())
   -- A request without a body (a listing, a GET) is routed by its path, as the routing
   -- stage leaves it.
   local body = handle:body()
   local size = body and body:length() or 0
   if size == 0 then return end
-  local found, repeated, routed = members(body:getBytes(0, size))
+  local text = body:getBytes(0, size)
+  local spans = ESTIMATES and {{}} or nil
+  local found, repeated, routed = members(text, spans)
   if found == nil then return refuse(handle, repeated) end
   if routed ~= nil then return refuse(handle, "duplicate_" .. routed) end
   local model = found.model
@@ -230,9 +325,19 @@ function envoy_on_request(handle)
   -- `\/` is `/` (PHP writes it); any other escape stays, and no model name holds one
   -- (validation), so no route serves it.
   model = string.gsub(sub(model, 2, -2), "\\/", "/")
+  if tenant ~= nil and tenant.models ~= nil and not tenant.models[model] then
+    return refuse(handle, "{MODEL_NOT_ALLOWED.problem}")
+  end
   local meta = handle:streamInfo():dynamicMetadata()
   meta:set(NAMESPACE, "{wire.META_MODEL}", model)
   meta:set(NAMESPACE, "{wire.META_STREAM}", stream)
+  if spans ~= nil then
+    local input, output = input_estimate(text, spans), allowance(found)
+    meta:set(NAMESPACE, "{wire.META_ESTIMATE_INPUT}", string.format("%d", input))
+    meta:set(NAMESPACE, "{wire.META_ESTIMATE_OUTPUT}", string.format("%d", output))
+    meta:set(NAMESPACE, "{wire.META_ESTIMATE_TOKENS}", string.format("%d", input + output))
+  end
+  -- Fetched again: a wrapper taken before body() is void once the body was awaited.
   local headers = handle:headers()
   headers:replace("{wire.USAGE_HEADER}", reader(headers:get(":path"), found, stream, repeated))
   handle:clearRouteCache()
@@ -240,11 +345,11 @@ end
 """
 
 
-def model_reader_config(default_max_tokens: int) -> any_pb2.Any:
-    return pack(
-        lua_pb2.Lua(
-            default_source_code=base_pb2.DataSource(
-                inline_string=model_reader_lua(default_max_tokens)
-            )
-        )
-    )
+def model_reader_config(
+    default_max_tokens: int,
+    tenants: Mapping[str, TenantFacts] | None = None,
+    *,
+    estimates: bool = False,
+) -> lua_pb2.Lua:
+    source = model_reader_lua(default_max_tokens, tenants, estimates=estimates)
+    return lua_pb2.Lua(default_source_code=base_pb2.DataSource(inline_string=source))

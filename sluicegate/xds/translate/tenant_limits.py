@@ -1,0 +1,187 @@
+"""Tenants' and keys' rate limits as Envoy token buckets (the fast lane; docs/fast-lane.md,
+"Limits").
+
+One `local_ratelimit` filter per tenant with limits (its own or its keys'), named
+`sluicegate.limits.<tenant>`: Envoy rebuilds a limiter's buckets whenever its config
+changes, so a tenant's buckets live in a filter of their own, and changing one tenant
+never refills another's. Each filter makes, per limit kind and scope, a descriptor from
+the metadata the model reader wrote (`limit`, `tenant`, and `key` for a key's limits);
+it matches only its own tenant's descriptors, so another tenant's request passes it.
+
+A request is charged 1 against `requests`, and its estimate (the model reader's, as the
+routing stage estimates) against `tokens`, `input_tokens` and `output_tokens`
+(hits_addend from the metadata). A request without a body has no estimate and Envoy then
+skips the token buckets. Buckets are all or nothing each, and refuse with 429 and
+`local_rate_limited` details (local_replies.FAST_LANE_REFUSALS).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Final
+
+from envoy.config.core.v3 import base_pb2
+from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
+from envoy.type.metadata.v3 import metadata_pb2
+from envoy.type.v3 import percent_pb2, token_bucket_pb2
+from google.protobuf import duration_pb2, wrappers_pb2
+
+from sluicegate import config, wire
+from sluicegate.model import Gateway, Tenant
+
+LIMITS_FILTER_PREFIX: Final = "sluicegate.limits."
+LIMITS_EXTENSION: Final = "envoy.filters.http.local_ratelimit"
+# A bucket refills at most once a second: Retry-After is whole seconds.
+MIN_FILL_MS: Final = 1000
+# What each kind is charged, from the model reader's metadata (None: 1 per request).
+CHARGES: Final[dict[config.LimitKind, str | None]] = {
+    "requests": None,
+    "tokens": wire.META_ESTIMATE_TOKENS,
+    "input_tokens": wire.META_ESTIMATE_INPUT,
+    "output_tokens": wire.META_ESTIMATE_OUTPUT,
+}
+_LIMIT, _TENANT, _KEY = "limit", "tenant", "key"
+
+
+def limits_filter_name(tenant: str) -> str:
+    return LIMITS_FILTER_PREFIX + tenant
+
+
+def limited_tenants(gateway: Gateway) -> list[Tenant]:
+    """Tenants with a limit of their own or on a key, by name."""
+    return sorted(
+        (t for t in gateway.tenants if _scoped_limits(t)), key=lambda tenant: tenant.name
+    )
+
+
+def charges_estimates(tenants: list[Tenant]) -> bool:
+    """Whether any of their buckets counts tokens: the model reader then writes each
+    request's estimate."""
+    return any(limit.kind != "requests" for t in tenants for _, limit in _scoped_limits(t))
+
+
+def token_bucket(limit: int, window_ms: int) -> token_bucket_pb2.TokenBucket:
+    """`limit` per `window_ms` as a bucket of `limit` tokens refilled in equal parts, as
+    often as whole divisions allow but at most once every MIN_FILL_MS: the refill rate
+    is exactly the limit's. A full bucket plus a window's refills admits up to twice the
+    limit in one window (docs/fast-lane.md, "What each lane guarantees")."""
+    most = max(1, min(limit, window_ms // MIN_FILL_MS))
+    fills = next(d for d in range(most, 0, -1) if limit % d == 0)
+    return token_bucket_pb2.TokenBucket(
+        max_tokens=limit,
+        tokens_per_fill=wrappers_pb2.UInt32Value(value=limit // fills),
+        fill_interval=_duration_ns(window_ms * 1_000_000 // fills),
+    )
+
+
+def retry_after_s(tenant: Tenant) -> int:
+    """Seconds to the slowest refill among the tenant's buckets: when a refused request
+    may find its bucket refilled (a request larger than one refill waits longer)."""
+    longest = max(
+        int(token_bucket(limit.limit, limit.window_ms).fill_interval.ToMilliseconds())
+        for _scope, limit in _scoped_limits(tenant)
+    )
+    return max(1, math.ceil(longest / 1000))
+
+
+def tenant_limits_config(tenant: Tenant) -> local_rate_limit_pb2.LocalRateLimit:
+    """The tenant's filter: a descriptor per limit, enforced for every request."""
+    scoped = _scoped_limits(tenant)
+    always = config_percent()
+    return local_rate_limit_pb2.LocalRateLimit(
+        stat_prefix=f"sluicegate_limits_{tenant.name}",
+        filter_enabled=always,
+        filter_enforced=always,
+        rate_limits=[
+            _descriptor_source(kind, keyed)
+            for kind, keyed in sorted({(limit.kind, key is not None) for key, limit in scoped})
+        ],
+        descriptors=[
+            ratelimit_pb2.LocalRateLimitDescriptor(
+                entries=_entries(limit.kind, tenant.name, key),
+                token_bucket=token_bucket(limit.limit, limit.window_ms),
+            )
+            for key, limit in scoped
+        ],
+        enable_x_ratelimit_headers=ratelimit_pb2.DRAFT_VERSION_03,
+        response_headers_to_add=[
+            _header("retry-after", str(retry_after_s(tenant))),
+            _header(wire.REFUSAL_HEADER, "rate_limit_exceeded"),
+        ],
+    )
+
+
+def config_percent() -> base_pb2.RuntimeFractionalPercent:
+    """100 % (the filter's default is 0 %: enabled for no request)."""
+    return base_pb2.RuntimeFractionalPercent(
+        default_value=percent_pb2.FractionalPercent(numerator=100),
+        runtime_key="sluicegate.fast_lane.limits",
+    )
+
+
+def _scoped_limits(tenant: Tenant) -> list[tuple[str | None, config.Limit]]:
+    """(key name or None for the tenant's own, limit) for every limit set."""
+    scoped: list[tuple[str | None, config.Limit]] = []
+    if tenant.rate_limits is not None:
+        scoped += [(None, limit) for limit in tenant.rate_limits.limits()]
+    for key in tenant.keys:
+        if key.rate_limits is not None:
+            scoped += [(key.name, limit) for limit in key.rate_limits.limits()]
+    return scoped
+
+
+def _entries(
+    kind: str, tenant: str, key: str | None
+) -> Iterator[ratelimit_pb2.RateLimitDescriptor.Entry]:
+    yield ratelimit_pb2.RateLimitDescriptor.Entry(key=_LIMIT, value=kind)
+    yield ratelimit_pb2.RateLimitDescriptor.Entry(key=_TENANT, value=tenant)
+    if key is not None:
+        yield ratelimit_pb2.RateLimitDescriptor.Entry(key=_KEY, value=key)
+
+
+def _descriptor_source(kind: config.LimitKind, keyed: bool) -> rc.RateLimit:
+    """(limit kind, tenant[, key]) from the model reader's metadata; charged 1, or the
+    request's estimate for a token kind."""
+    actions = [
+        rc.RateLimit.Action(
+            generic_key=rc.RateLimit.Action.GenericKey(descriptor_key=_LIMIT, descriptor_value=kind)
+        ),
+        _from_metadata(_TENANT, wire.META_TENANT),
+    ]
+    if keyed:
+        actions.append(_from_metadata(_KEY, wire.META_KEY_NAME))
+    source = rc.RateLimit(actions=actions)
+    charge = CHARGES[kind]
+    if charge is not None:
+        source.hits_addend.format = f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE}:{charge})%"
+    return source
+
+
+def _from_metadata(descriptor_key: str, metadata_key: str) -> rc.RateLimit.Action:
+    return rc.RateLimit.Action(
+        metadata=rc.RateLimit.Action.MetaData(
+            descriptor_key=descriptor_key,
+            metadata_key=metadata_pb2.MetadataKey(
+                key=wire.METADATA_NAMESPACE,
+                path=[metadata_pb2.MetadataKey.PathSegment(key=metadata_key)],
+            ),
+            source=rc.RateLimit.Action.MetaData.DYNAMIC,
+            # Without it (a request Envoy's key check did not name), no descriptor.
+            skip_if_absent=True,
+        )
+    )
+
+
+def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=key, value=value),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
+def _duration_ns(nanoseconds: int) -> duration_pb2.Duration:
+    seconds, nanos = divmod(nanoseconds, 1_000_000_000)
+    return duration_pb2.Duration(seconds=seconds, nanos=nanos)
