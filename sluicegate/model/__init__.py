@@ -20,6 +20,7 @@ from .gateway import (
     Role,
     build_model,
 )
+from .limit_slots import MIN_SLOTS, LimitSlots, assign_slots
 from .providers import SYSTEM_CA_FILE, HealthCheck, Provider, Scheme, Tls, is_ip
 from .routes import (
     CLUSTER_PREFIX,
@@ -37,6 +38,7 @@ __all__ = [
     "CLUSTER_PREFIX",
     "LATENCY",
     "LISTENER_PREFIX",
+    "MIN_SLOTS",
     "ROUTE_CONFIG_PREFIX",
     "SYSTEM_CA_FILE",
     "Admission",
@@ -44,6 +46,7 @@ __all__ = [
     "Gate",
     "Gateway",
     "HealthCheck",
+    "LimitSlots",
     "Limits",
     "Listener",
     "Provider",
@@ -53,6 +56,7 @@ __all__ = [
     "Scheme",
     "Tenant",
     "Tls",
+    "assign_slots",
     "build_model",
     "first_match",
     "gate_name",

@@ -20,6 +20,11 @@ class Tenant:
     rate_limits: config.RateLimits | None
     keys: tuple[config.ClientKey, ...]
 
+    @property
+    def limited(self) -> bool:
+        """Whether it or one of its keys has a rate limit."""
+        return self.rate_limits is not None or any(k.rate_limits is not None for k in self.keys)
+
 
 @dataclass(frozen=True, slots=True)
 class Admission:

@@ -21,6 +21,7 @@ from typing import Final, Literal
 from sluicegate import config
 
 from .admission import Admission, Tenant, resolve_admission, resolve_tenants
+from .limit_slots import LimitSlots, assign_slots
 from .providers import Provider, resolve_provider
 from .routes import Route, first_match, match_order, resolve_route
 
@@ -80,6 +81,8 @@ class Gateway:
     # Client key name -> the key, for the keys Envoy checks itself in the fast lane
     # (config.resolve_client_keys). Never printed.
     client_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # In the fast lane, the limiter filter holding each limited tenant's buckets.
+    limit_slots: LimitSlots = field(default_factory=LimitSlots)
 
     @cached_property
     def path_prefixes(self) -> tuple[str, ...]:
@@ -134,6 +137,7 @@ def build_model(
     api_keys: Mapping[str, str | None],
     drained: AbstractSet[str] = frozenset(),
     client_keys: Mapping[str, str] | None = None,
+    limit_slots: LimitSlots | None = None,
 ) -> Gateway:
     """Resolve a validated `cfg` into a `Gateway`.
 
@@ -144,6 +148,8 @@ def build_model(
     marked `drain: true` in the file are added (routes.resolve_route says how).
     `client_keys` maps a client key's name to the key itself, for those with a `secret`
     (config.resolve_client_keys, which checks each against its hash): the fast lane's.
+    `limit_slots` are the last published ones, which limited tenants keep
+    (limit_slots.assign_slots).
     """
     providers = {p.name: resolve_provider(p, api_keys.get(p.name)) for p in cfg.providers}
     drained = set(drained) | {p.name for p in cfg.providers if p.drain}
@@ -151,6 +157,13 @@ def build_model(
         resolve_route(route, providers, cfg.defaults, cfg.admission, drained)
         for route in cfg.routes
     ]
+    admission = resolve_admission(cfg)
+    tenants = resolve_tenants(cfg)
+    slots = (
+        assign_slots((t.name for t in tenants if t.limited), limit_slots)
+        if admission.routed_by_envoy
+        else LimitSlots()
+    )
     return Gateway(
         listeners=tuple(
             sorted(
@@ -167,11 +180,12 @@ def build_model(
             request_timeout_ms=cfg.limits.request_timeout,
             max_connections_per_listener=cfg.limits.max_connections_per_listener,
         ),
-        admission=resolve_admission(cfg),
-        tenants=resolve_tenants(cfg),
+        admission=admission,
+        tenants=tenants,
         drained=frozenset(drained),
         warnings=tuple(warning for _, warning in resolved if warning is not None),
         scenarios=tuple(dict.fromkeys((config.DEFAULT_SCENARIO, *cfg.scenarios))),
         access_log=None if cfg.access_log is None else cfg.access_log.path,
         client_keys=dict(client_keys or {}),
+        limit_slots=slots,
     )

@@ -145,7 +145,9 @@ class ControlPlane:
 
     def publish(self, config: Config) -> ReloadOutcome:
         """Translate config (with drains applied) and hand it to Envoy and the filter."""
-        configured = build_model(config, self.keys, self.drained, self.client_keys)
+        # Tenants keep their limiter slots (model/limit_slots.py).
+        slots = None if self.configured is None else self.configured.limit_slots
+        configured = build_model(config, self.keys, self.drained, self.client_keys, slots)
         for warning in configured.warnings:
             log.warning("%s", warning)
         self.latency.load(configured)  # keeps what was learned of routes still there

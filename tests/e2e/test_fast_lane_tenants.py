@@ -35,6 +35,7 @@ KEYS = {
     "tokens": "sk-sg-e2e-tokens-0000000000000000000",
     "intern": "sk-sg-e2e-intern-0000000000000000000",
     "steady": "sk-sg-e2e-steady-0000000000000000000",
+    "late": "sk-sg-e2e-late-000000000000000000000",
 }
 TIGHT_REQUESTS = 3
 TOKENS_LIMIT = 100
@@ -219,14 +220,42 @@ def _wait_for(stack: Stack, text: str) -> None:
         time.sleep(0.2)
 
 
-def test_changing_a_tenant_leaves_the_others_buckets_alone(stack: Stack) -> None:
-    """Each tenant's buckets are their own filter's (ECDS): a reload that changes another
-    tenant's limits pushes only that filter. (One that adds or removes a limited tenant
-    changes the listener, and Envoy 1.40 then refills every bucket: docs/fast-lane.md.)"""
+def test_changing_adding_or_removing_a_tenant_leaves_the_others_buckets_alone(
+    stack: Stack,
+) -> None:
+    """Each tenant's buckets are their own limiter slot's (ECDS, model/limit_slots.py): a
+    reload that changes, adds or removes another tenant pushes only that tenant's slot,
+    and the listener, whose update would refill every bucket, stays as it is."""
     assert [_post(stack, _chat(), **_bearer("steady")).status for _ in range(3)] == [200, 200, 429]
+    listener_updates = _listener_updates(stack)
     doc = stack.doc
     (tokens,) = [t for t in doc["tenants"] if t["name"] == "tokens"]
     tokens["rate_limits"] = {"tokens": 4321, "per": "1m"}
     stack.write(doc)
     _wait_for(stack, '"max_tokens": 4321')
     assert _post(stack, _chat(), **_bearer("steady")).status == 429
+    doc["tenants"].append(
+        _tenant(stack.config_path.parent, "late", rate_limits={"requests": 1, "per": "1h"})
+    )
+    stack.write(doc)
+    _wait_for(stack, "sluicegate_limits_late")
+    assert [_post(stack, _chat(), **_bearer("late")).status for _ in range(2)] == [200, 429]
+    assert _post(stack, _chat(), **_bearer("steady")).status == 429
+    doc["tenants"] = [t for t in doc["tenants"] if t["name"] != "tokens"]
+    stack.write(doc)
+    _wait_until_gone(stack, '"max_tokens": 4321')
+    assert _post(stack, _chat(), **_bearer("steady")).status == 429
+    assert _listener_updates(stack) == listener_updates
+
+
+def _listener_updates(stack: Stack) -> int:
+    stats = stack.admin_json("/stats?format=json&filter=lds.update_success")["stats"]
+    (value,) = [s["value"] for s in stats if s["name"] == "listener_manager.lds.update_success"]
+    return int(value)
+
+
+def _wait_until_gone(stack: Stack, text: str) -> None:
+    deadline = time.monotonic() + 30
+    while text in _ecds_dump(stack):
+        assert time.monotonic() < deadline, f"{text!r} never left Envoy"
+        time.sleep(0.2)

@@ -12,7 +12,8 @@ reader in wire.USAGE_HEADER and clears the route cache; the request re-matches h
   route serves, 404; OpenAI error JSON from Envoy itself (local_replies.BODY_REFUSALS,
   MODEL_NOT_ALLOWED, MODEL_NOT_SERVED).
 
-Between the reader and the router, each limited tenant's token buckets (tenant_limits.py).
+Between the reader and the router, the limiter slots with the tenants' token buckets
+(tenant_limits.py).
 """
 
 from __future__ import annotations
@@ -43,17 +44,12 @@ from .model_reader import (
     TenantFacts,
     model_reader_config,
 )
-from .tenant_limits import (
-    charges_estimates,
-    limited_tenants,
-    limits_filter_name,
-    tenant_limits_config,
-)
+from .tenant_limits import LIMITS_FILTER_PREFIX, charges_estimates, slot_configs
 
 
 def routing_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
     """In place of the routing stage: the key check (with tenants), the model reader, and
-    each limited tenant's buckets, each discovered by its name over ADS (ECDS): a change
+    the limiter slots, each discovered by its name over ADS (ECDS): a change
     to one is pushed alone, and leaves the listener and the other filters, with their
     token buckets, as they are."""
     return [
@@ -79,12 +75,13 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
     if gateway.tenants:
         configs.append((CLIENT_KEYS_FILTER, client_keys_config(gateway)))
     tenants = {t.name: TenantFacts(t.priority, t.models) for t in gateway.tenants}
-    limited = limited_tenants(gateway)
     reader = model_reader_config(
-        gateway.admission.default_max_tokens, tenants, estimates=charges_estimates(limited)
+        gateway.admission.default_max_tokens,
+        tenants,
+        estimates=charges_estimates(gateway.tenants),
     )
     configs.append((MODEL_READER_FILTER, reader))
-    configs += [(limits_filter_name(t.name), tenant_limits_config(t)) for t in limited]
+    configs += slot_configs(gateway)
     return [
         extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(config))
         for name, config in sorted(configs, key=lambda item: item[0])
@@ -94,10 +91,16 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
 def _in_filter_order(
     extensions: list[extension_pb2.TypedExtensionConfig],
 ) -> list[extension_pb2.TypedExtensionConfig]:
-    """The key check, then the model reader, then the buckets (which read what the reader
-    wrote)."""
+    """The key check, then the model reader, then the limiter slots in order (they read
+    what the reader wrote)."""
     first = {CLIENT_KEYS_FILTER: 0, MODEL_READER_FILTER: 1}
-    return sorted(extensions, key=lambda item: (first.get(item.name, 2), item.name))
+    return sorted(extensions, key=lambda item: (first.get(item.name, 2), _slot(item.name)))
+
+
+def _slot(name: str) -> int:
+    if not name.startswith(LIMITS_FILTER_PREFIX):
+        return 0
+    return int(name.removeprefix(LIMITS_FILTER_PREFIX))
 
 
 def _metadata_match(key: str, value: value_pb2.ValueMatcher) -> metadata_pb2.MetadataMatcher:

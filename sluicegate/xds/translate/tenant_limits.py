@@ -1,10 +1,11 @@
 """Tenants' and keys' rate limits as Envoy token buckets (the fast lane; docs/fast-lane.md,
 "Limits").
 
-One `local_ratelimit` filter per tenant with limits (its own or its keys'), named
-`sluicegate.limits.<tenant>`: Envoy rebuilds a limiter's buckets whenever its config
-changes, so a tenant's buckets live in a filter of their own, and changing one tenant
-never refills another's. Each filter makes, per limit kind and scope, a descriptor from
+A fixed number of `local_ratelimit` filters, `sluicegate.limits.<slot>`, each holding at
+most one tenant's buckets (its own limits and its keys'; model/limit_slots.py says which
+slot): Envoy rebuilds a limiter's buckets whenever its config changes, so changing,
+adding or removing one tenant never refills another's. An empty slot is a limiter
+enabled for no request. Each filter makes, per limit kind and scope, a descriptor from
 the metadata the model reader wrote (`limit`, `tenant`, and `key` for a key's limits);
 it matches only its own tenant's descriptors, so another tenant's request passes it.
 
@@ -18,7 +19,7 @@ skips the token buckets. Buckets are all or nothing each, and refuse with 429 an
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 from envoy.config.core.v3 import base_pb2
@@ -46,18 +47,27 @@ CHARGES: Final[dict[config.LimitKind, str | None]] = {
 _LIMIT, _TENANT, _KEY = "limit", "tenant", "key"
 
 
-def limits_filter_name(tenant: str) -> str:
-    return LIMITS_FILTER_PREFIX + tenant
+def limits_filter_name(slot: int) -> str:
+    return f"{LIMITS_FILTER_PREFIX}{slot}"
 
 
-def limited_tenants(gateway: Gateway) -> list[Tenant]:
-    """Tenants with a limit of their own or on a key, by name."""
-    return sorted(
-        (t for t in gateway.tenants if _scoped_limits(t)), key=lambda tenant: tenant.name
-    )
+def slot_configs(gateway: Gateway) -> list[tuple[str, local_rate_limit_pb2.LocalRateLimit]]:
+    """(filter name, config) per slot: its tenant's buckets, or none."""
+    tenants = {tenant.name: tenant for tenant in gateway.tenants}
+    slots = gateway.limit_slots
+    configs = []
+    for slot in range(slots.count):
+        held = slots.tenant_in(slot)
+        config = (
+            local_rate_limit_pb2.LocalRateLimit(stat_prefix=f"sluicegate_limits_slot_{slot}")
+            if held is None
+            else tenant_limits_config(tenants[held])
+        )
+        configs.append((limits_filter_name(slot), config))
+    return configs
 
 
-def charges_estimates(tenants: list[Tenant]) -> bool:
+def charges_estimates(tenants: Iterable[Tenant]) -> bool:
     """Whether any of their buckets counts tokens: the model reader then writes each
     request's estimate."""
     return any(limit.kind != "requests" for t in tenants for _, limit in _scoped_limits(t))
