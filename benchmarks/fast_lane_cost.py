@@ -18,7 +18,11 @@ server taking the request records. wrk sends a chat completion (`--prompt-bytes`
   error-body filters;
 - without both, the fault and the error-body filters: the model reader, the reader
   header and the routes alone beside the envoy peer's;
-- as translated without the fault filter, and without the error-body filter.
+- as translated without the fault filter, and without the error-body filter;
+- with a tenant (docs/fast-lane.md, "Keys" and "Limits"): Envoy's key check and the
+  model reader naming the tenant, without and with its token buckets (requests and
+  tokens per minute, set far above what the run sends, so nothing is refused: the
+  model reader then also estimates each request's tokens).
 
 Per arm and round: p50 at concurrency 1 (wrk -c1) and requests/s at concurrency 32
 (wrk -c32), the arms in turn, the order rotating; reported as medians of rounds and, per
@@ -44,7 +48,7 @@ from benchmarks.harness.ext_proc_child import ExtProcChild
 from benchmarks.harness.processes import stop_tree, wait_listening
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
-from sluicegate.config import load_config
+from sluicegate.config import hash_key, load_config, resolve_client_keys
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.model import build_model
 from sluicegate.testing import free_ports, static_bootstrap
@@ -76,32 +80,45 @@ OTHERS: Final = frozenset({FAULT_FILTER, ERROR_BODY_FILTER})
 # the scheduler puts the three processes.
 ENVOY_CORE: Final = 0
 LOAD_CORE: Final = "1"
-# name -> (HTTP filters removed, access log removed); a str: a baseline's bootstrap.
-ARMS: Final[dict[str, tuple[frozenset[str], bool] | str]] = {
+# The tenant of the arms that have one, and its key (from a secret file).
+TENANT_KEY: Final = "sk-sg-bench-0000000000000000000000000"
+# name -> (HTTP filters removed, access log removed, tenant: None, "key" or "limits");
+# a str: a baseline's bootstrap.
+Arm = tuple[frozenset[str], bool, str | None]
+ARMS: Final[dict[str, Arm | str]] = {
     "plain": "plain",
     "envoy peer": "envoy peer",
-    "fast lane, as translated": (frozenset(), False),
-    "without the record access log": (frozenset(), True),
-    "without the usage readers": (READERS, False),
-    "without both": (READERS, True),
-    "without both, the fault and the error-body filters": (READERS | OTHERS, True),
-    "without the fault filter": (frozenset({FAULT_FILTER}), False),
-    "without the error-body filter": (frozenset({ERROR_BODY_FILTER}), False),
+    "fast lane, as translated": (frozenset(), False, None),
+    "without the record access log": (frozenset(), True, None),
+    "without the usage readers": (READERS, False, None),
+    "without both": (READERS, True, None),
+    "without both, the fault and the error-body filters": (READERS | OTHERS, True, None),
+    "without the fault filter": (frozenset({FAULT_FILTER}), False, None),
+    "without the error-body filter": (frozenset({ERROR_BODY_FILTER}), False, None),
+    "with a tenant: key check": (frozenset(), False, "key"),
+    "with a tenant: key check and token buckets": (frozenset(), False, "limits"),
 }
 
 
-def _document(listener: int, upstream: int) -> dict[str, Any]:
-    return {
+def _document(listener: int, upstream: int, tenant: str | None, work: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         "version": 1,
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listener}],
         "providers": [{"name": "upstream", "base_url": f"http://127.0.0.1:{upstream}/v1"}],
         "routes": [{"name": "bench", "models": [MODEL], "backends": [{"provider": "upstream"}]}],
         "admission": {"lane": "fast"},
     }
+    if tenant is not None:
+        (work / "bench.client").write_text(TENANT_KEY)
+        key = {"name": "bench", "hash": hash_key(TENANT_KEY), "secret": {"file": "bench.client"}}
+        doc["tenants"] = [{"name": "bench", "keys": [key]}]
+        if tenant == "limits":
+            doc["tenants"][0]["rate_limits"] = {"requests": 10**9, "tokens": 4 * 10**9}
+    return doc
 
 
 def _bootstrap(
-    arm: tuple[frozenset[str], bool] | str, path: Path, upstream: int, port: int, ext_proc: int
+    arm: Arm | str, path: Path, upstream: int, port: int, ext_proc: int
 ) -> dict[str, Any]:
     if arm == "plain":
         bootstrap = plain_gateway(upstream)
@@ -111,13 +128,15 @@ def _bootstrap(
     if arm == "envoy peer":
         doc = yaml.safe_load(path.read_text())
         del doc["admission"]
+        doc.pop("tenants", None)
         work = path.parent / f"peer-{port}"
         work.mkdir()
         return plain_bootstrap(doc, work)
     assert not isinstance(arm, str)
-    removed, log_off = arm
-    resources = without(translate(build_model(load_config(path), {})), removed,
-                        drop_access_log=log_off)  # fmt: skip
+    removed, log_off, _tenant = arm
+    config = load_config(path)
+    gateway = build_model(config, {}, client_keys=resolve_client_keys(config, path, env={}))
+    resources = without(translate(gateway), removed, drop_access_log=log_off)
     return static_bootstrap(resources, ext_proc_port=ext_proc)
 
 
@@ -144,11 +163,14 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
     script.write_text(
         f'wrk.method = "POST"\nwrk.body = {json.dumps(_body(prompt_bytes))}\n'
         'wrk.headers["Content-Type"] = "application/json"\n'
+        f'wrk.headers["Authorization"] = "Bearer {TENANT_KEY}"\n'
     )
     files = {}
     for name, port in zip(arms, ports, strict=True):
         files[name] = work / f"sluicegate-{port}.yaml"
-        files[name].write_text(yaml.safe_dump(_document(port, upstream)))
+        arm = arms[name]
+        tenant = None if isinstance(arm, str) else arm[2]
+        files[name].write_text(yaml.safe_dump(_document(port, upstream, tenant, work)))
     fixed = subprocess.Popen(
         ["taskset", "-c", LOAD_CORE, sys.executable, "-m", "sluicegate.bench.fixed_upstream",
          "--port", str(upstream), "--model", MODEL, "--output-tokens", "20", "--workers", "1"],
