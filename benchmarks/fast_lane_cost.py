@@ -156,8 +156,12 @@ def _wrk(url: str, connections: int, seconds: int, script: Path) -> tuple[float,
 
 def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
     work = Path(tempfile.mkdtemp(prefix="fast-lane-cost-"))
-    arms = {name: arm for name, arm in ARMS.items()
-            if only is None or only in name or isinstance(arm, str)}  # fmt: skip
+    wanted = None if only is None else only.split(",")
+    arms = {
+        name: arm
+        for name, arm in ARMS.items()
+        if wanted is None or any(w in name for w in wanted) or isinstance(arm, str)
+    }
     upstream, *ports = free_ports(1 + len(arms))
     script = work / "post.lua"
     script.write_text(
@@ -234,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm, load, round")
     parser.add_argument("--prompt-bytes", type=int, default=1200, help="the message's length")
-    parser.add_argument("--only", help="the arms whose name has this text (and the baselines)")
+    parser.add_argument(
+        "--only", help="the arms whose name has any of these comma-separated texts (and the baselines)"
+    )
     args = parser.parse_args(argv)
     print(run(args.rounds, args.seconds, args.prompt_bytes, args.only))
     return 0
