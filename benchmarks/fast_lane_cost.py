@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm, load, round")
     parser.add_argument("--prompt-bytes", type=int, default=1200, help="the message's length")
     parser.add_argument(
-        "--only", help="the arms whose name has any of these comma-separated texts (and the baselines)"
+        "--only", help="the arms whose name has any of these texts, comma-separated (and baselines)"
     )
     args = parser.parse_args(argv)
     print(run(args.rounds, args.seconds, args.prompt_bytes, args.only))
