@@ -41,7 +41,7 @@ def _run_async(main: Coroutine[Any, Any, int]) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from sluicegate.config import validate_file
+    from sluicegate.config import describe_lanes, validate_file
 
     failed = False
     for name in args.files:
@@ -52,6 +52,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         failed = failed or bool(errors)
         if not errors:
             print(f"{name}: valid" + (f" ({len(problems)} warnings)" if problems else ""))
+            for line in describe_lanes(Path(name)):
+                print("  " + line)
     return 1 if failed else 0
 
 

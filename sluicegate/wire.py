@@ -28,10 +28,23 @@ QUEUE_MARGIN_MS: Final = 2_000
 PRIORITY_HEADER: Final = "x-sluicegate-priority"
 # Client credentials the admission stage reads and removes before anything goes upstream.
 CLIENT_KEY_HEADERS: Final = ("authorization", "x-api-key", "api-key")
-# In the fast lane, Envoy's key check names the client here ("<tenant>/<key name>") for
-# the model reader, which removes it (docs/fast-lane.md, "Keys"); a client's own is
-# removed before any filter runs.
+# With a fast lane, Envoy's key check names the client here (client_name) for the model
+# reader or, in the exact lane, the routing stage (docs/fast-lane.md, "Keys"); a
+# client's own is removed before any filter runs, Envoy's before the request goes up.
 CLIENT_HEADER: Final = "x-sluicegate-client"
+
+
+def client_name(lane: str, tenant: str, key_name: str) -> str:
+    """`<lane>/<tenant>/<key name>`: names hold no `/` (config.NAME_PATTERN)."""
+    return f"{lane}/{tenant}/{key_name}"
+
+
+def parse_client_name(value: str) -> tuple[str, str, str] | None:
+    """(lane, tenant, key name) of a client_name, or None."""
+    parts = value.split("/")
+    if len(parts) != 3 or not all(parts):
+        return None
+    return parts[0], parts[1], parts[2]
 # Query parameters that carry credentials somewhere (names compared decoded, lower-case,
 # `-` read as `_`): the routing stage removes them from the path before any provider
 # sees it (filters/request_limits.py), leaving every other parameter byte for byte.
@@ -67,6 +80,9 @@ META_ESTIMATE_INPUT: Final = "estimate_input_tokens"
 META_ESTIMATE_OUTPUT: Final = "estimate_output_tokens"
 # Their sum: what a fast-lane `tokens` bucket is charged (docs/fast-lane.md).
 META_ESTIMATE_TOKENS: Final = "estimate_tokens"
+# The fast-lane tenant whose buckets a request is charged to: written by the model reader
+# only for a request it routes (a listing or a refused body is not charged).
+META_CHARGED_TENANT: Final = "charged_tenant"
 # Set by the routing stage on every request it sees, admitted or answered, for the
 # request record (docs/metrics.md): who asked (the key's name, never the key), with
 # which priority class and scenario, how long the request queued at a gate (ms), and

@@ -37,6 +37,8 @@ def test_validate_accepts_the_quickstart() -> None:
     result = sluicegate("validate", str(EXAMPLES / "quickstart.yaml"))
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout
+    # Which lane each tenant takes, and why (docs/fast-lane.md).
+    assert "tenant demo: lane exact (admission.lane)" in result.stdout
 
 
 def test_validate_reports_every_problem_with_file_line_and_key(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from .admission import (
 )
 from .durations import format_duration_ms, parse_duration_ms
 from .keyhash import generate_key, hash_key, parse_key_hash, verify_key
-from .loader import load_config, load_config_text, validate_file, validate_text
+from .loader import describe_lanes, load_config, load_config_text, validate_file, validate_text
 from .problems import ConfigError, Problem, Severity
 from .resilience import (
     Backoff,
@@ -117,6 +117,7 @@ __all__ = [
     "Timeouts",
     "Tls",
     "check_model_names",
+    "describe_lanes",
     "effective",
     "format_duration_ms",
     "generate_key",

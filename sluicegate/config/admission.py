@@ -170,7 +170,8 @@ class Admission(_Section):
     # A request asking for more output tokens than this is refused with a 400.
     max_output_tokens: int = Field(default=1_000_000, ge=1, le=_MAX_TOKENS)
     store: LimiterStoreConfig = Field(default_factory=LimiterStoreConfig)
-    # Who decides each request: the routing stage (`exact`) or Envoy alone (`fast`).
+    # Who decides each request: the routing stage (`exact`) or Envoy alone (`fast`); a
+    # tenant may name its own.
     lane: Lane = "exact"
 
     @property
@@ -181,6 +182,21 @@ class Admission(_Section):
     def priority_of(self, tenant: Tenant) -> str:
         """The class a tenant's requests get unless they ask for a lower one."""
         return tenant.priority or self.default_priority
+
+    def lane_of(self, tenant: Tenant) -> Lane:
+        """The lane a tenant's requests take: its own, else this section's."""
+        return tenant.lane or self.lane
+
+    def describe_lane(self, tenant: Tenant) -> str:
+        """Which lane a tenant takes and why, for `sluicegate validate`."""
+        lane = self.lane_of(tenant)
+        why = "its own lane" if tenant.lane is not None else "admission.lane"
+        does = (
+            "Envoy checks its keys and limits it with token buckets"
+            if lane == LANE_FAST
+            else "the routing stage admits it (sliding windows, queues)"
+        )
+        return f"tenant {tenant.name}: lane {lane} ({why}): {does}"
 
 
 class ClientKey(_Section):
@@ -214,6 +230,8 @@ class Tenant(_Section):
     # Limits over all of the tenant's keys together.
     rate_limits: RateLimits | None = None
     keys: list[ClientKey] = Field(default_factory=list)
+    # Who decides its requests (docs/fast-lane.md); null: admission.lane.
+    lane: Lane | None = None
 
     @field_validator("models")
     @classmethod

@@ -96,6 +96,18 @@ def validate_file(
     return validate_text(text, os.fspath(path), env=env, check_secrets=check_secrets)
 
 
+def describe_lanes(path: str | os.PathLike[str]) -> list[str]:
+    """For `sluicegate validate`: which lane each tenant of a valid file takes, and why
+    (Admission.describe_lane); empty for a file that does not load."""
+    try:
+        config = analyse_text(_read(path), os.fspath(path)).config
+    except ConfigError:
+        return []
+    if config is None:
+        return []
+    return [config.admission.describe_lane(tenant) for tenant in config.tenants]
+
+
 def analyse_text(text: str, filename: str) -> Analysis:
     parsed = parse_yaml(text, filename)
     at = Locator(filename, parsed.source)

@@ -511,12 +511,26 @@ def check_admission(doc: Document, at: Locator) -> Iterable[Problem]:
 FAST_LANE_MAX_LIMIT: Final = 2**32 - 1
 
 
+def uses_fast_lane(doc: Document) -> bool:
+    """Whether Envoy decides any request alone: `admission.lane: fast`, or a tenant's."""
+    admission = doc.admission
+    return (admission is not None and admission.lane == LANE_FAST) or any(
+        tenant.lane == LANE_FAST for _, tenant in doc.tenants
+    )
+
+
 def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
-    """`lane: fast` is decided by Envoy alone (docs/fast-lane.md): it checks client keys
-    itself, so each needs its `secret`, and it limits tenants and keys with token buckets,
-    but not yet per-model (route or provider) limits nor concurrency gates."""
-    if doc.admission is None or doc.admission.lane != LANE_FAST:
+    """The fast lane is decided by Envoy alone (docs/fast-lane.md): it checks client keys
+    itself, every key of every tenant (so each needs its `secret`), and it limits
+    fast-lane tenants and keys with token buckets, but not yet per-model (route or
+    provider) limits nor concurrency gates, which its requests would pass unchecked."""
+    if doc.admission is None or not uses_fast_lane(doc):
         return
+    where: KeyPath = (
+        ("admission", "lane")
+        if doc.admission.lane == LANE_FAST
+        else next(("tenants", t, "lane") for t, tenant in doc.tenants if tenant.lane == LANE_FAST)
+    )
     found = []
     if any(route.rate_limits for _, route in doc.routes) or any(
         provider.rate_limits for _, provider in doc.providers
@@ -528,11 +542,13 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
         found.append("concurrency gates")
     if found:
         yield at.error(
-            ("admission", "lane"),
+            where,
             f"lane fast cannot yet enforce {' or '.join(found)}, which this config has: "
             "use lane: exact (docs/fast-lane.md)",
         )
     for t, tenant in doc.tenants:
+        if doc.admission.lane_of(tenant) != LANE_FAST:
+            continue
         scopes: list[tuple[KeyPath, RateLimits | None]] = [
             (("tenants", t, "rate_limits"), tenant.rate_limits)
         ]
@@ -553,7 +569,7 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
             yield at.error(
                 ("tenants", ref.tenant, "keys", ref.index),
                 f"client key '{ref.key.name}' has no secret: with lane fast Envoy checks "
-                "keys itself, so it needs the key from `secret: {env: NAME}` or "
+                "every key itself, so it needs the key from `secret: {env: NAME}` or "
                 "`secret: {file: path}` (docs/fast-lane.md, \"Keys\")",
             )
 

@@ -19,6 +19,12 @@ class Tenant:
     models: frozenset[str] | None  # None: every served model
     rate_limits: config.RateLimits | None
     keys: tuple[config.ClientKey, ...]
+    lane: config.Lane = "exact"  # its own, or admission.lane
+
+    @property
+    def fast(self) -> bool:
+        """Whether Envoy decides its requests alone (docs/fast-lane.md)."""
+        return self.lane == config.LANE_FAST
 
     @property
     def limited(self) -> bool:
@@ -39,10 +45,13 @@ class Admission:
     the routing stage may hold a request in a priority queue before answering.
     ext_proc_processes: how many ext_proc servers count limits and gates (config rule
     `Config.ext_proc_processes`): each gate's share is its total divided by it.
-    routed_by_envoy: `lane: fast`: Envoy decides every request alone (keys, tenants'
-    token buckets, model routing), and no routing stage runs (docs/fast-lane.md); the
-    facts above that concern the routing stage (enabled, keys_required, counts_tokens,
-    longest_queue_wait_ms) are then off.
+    routed_by_envoy: some requests take the fast lane (`admission.lane: fast`, or a
+    tenant's): Envoy decides them alone (keys, tenants' token buckets, model routing;
+    docs/fast-lane.md). routing_stage: some take the exact lane (no fast lane at all, or
+    a tenant in the exact lane). The facts above concern the routing stage and its
+    requests: the exact lane's tenants and the limits and gates it enforces.
+    keys_checked_by_envoy: Envoy checks every client key and names the client (with the
+    client's lane) to the routing stage, which trusts that instead of a key.
     """
 
     enabled: bool = False
@@ -57,6 +66,8 @@ class Admission:
     store: config.LimiterStoreConfig = field(default_factory=config.LimiterStoreConfig)
     ext_proc_processes: int = 1
     routed_by_envoy: bool = False
+    routing_stage: bool = True
+    keys_checked_by_envoy: bool = False
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -72,25 +83,35 @@ def resolve_tenants(cfg: config.Config) -> tuple[Tenant, ...]:
             models=None if tenant.models is None else frozenset(tenant.models),
             rate_limits=tenant.rate_limits,
             keys=tuple(tenant.keys),
+            lane=cfg.admission.lane_of(tenant),
         )
         for tenant in cfg.tenants
     )
 
 
 def resolve_admission(cfg: config.Config) -> Admission:
-    """Admission is on once any tenant, rate limit or concurrency gate is declared."""
+    """Admission is on once an exact-lane tenant, a rate limit or a concurrency gate is
+    declared (validation refuses gates and per-model limits beside a fast lane:
+    config rule check_lane)."""
     section = cfg.admission
     gated = any(route.concurrency is not None for route in cfg.routes) or any(
         provider.concurrency is not None for provider in cfg.providers
     )
     waits = [klass.max_wait for klass in section.priority_classes] if gated else []
-    # Validation refuses `fast` with what Envoy cannot enforce (config rule check_lane).
-    by_envoy = section.lane == config.LANE_FAST
-    enabled = (bool(cfg.tenants) or gated or bool(cfg.declared_rate_limits())) and not by_envoy
+    exact = [t for t in cfg.tenants if section.lane_of(t) != config.LANE_FAST]
+    by_envoy = section.lane == config.LANE_FAST or len(exact) < len(cfg.tenants)
+    routing_stage = not by_envoy or bool(exact)
+    limits = [t.rate_limits for t in exact]
+    limits += [key.rate_limits for t in exact for key in t.keys]
+    limits += [route.rate_limits for route in cfg.routes]
+    limits += [provider.rate_limits for provider in cfg.providers]
+    declared = [block for block in limits if block is not None]
     return Admission(
-        enabled=enabled,
-        keys_required=bool(cfg.tenants) and not by_envoy,
-        counts_tokens=cfg.counts_tokens() and not by_envoy,
+        enabled=routing_stage and (bool(exact) or gated or bool(declared)),
+        keys_required=bool(exact),
+        counts_tokens=any(
+            limit.kind != "requests" for block in declared for limit in block.limits()
+        ),
         longest_queue_wait_ms=max(waits, default=0),
         priority_classes=tuple(section.priority_classes),
         default_priority=section.default_priority,
@@ -100,4 +121,6 @@ def resolve_admission(cfg: config.Config) -> Admission:
         store=section.store,
         ext_proc_processes=cfg.ext_proc_processes(),
         routed_by_envoy=by_envoy,
+        routing_stage=routing_stage,
+        keys_checked_by_envoy=by_envoy and bool(cfg.tenants),
     )

@@ -160,7 +160,7 @@ def build_model(
     admission = resolve_admission(cfg)
     tenants = resolve_tenants(cfg)
     slots = (
-        assign_slots((t.name for t in tenants if t.limited), limit_slots)
+        assign_slots((t.name for t in tenants if t.limited and t.fast), limit_slots)
         if admission.routed_by_envoy
         else LimitSlots()
     )

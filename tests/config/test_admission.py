@@ -244,7 +244,7 @@ def test_models_are_frozen_and_strict() -> None:
             "tenants:\n  - name: t\n    rate_limit: {requests: 1}\n",
             15,
             "tenants[0].rate_limit",
-            "unknown key 'rate_limit' (allowed: name, priority, models, rate_limits, keys); "
+            "unknown key 'rate_limit' (allowed: name, priority, models, rate_limits, keys, lane); "
             "did you mean 'rate_limits'?",
         ),
         (

@@ -9,6 +9,7 @@ import pytest
 
 from sluicegate.config import (
     ConfigError,
+    describe_lanes,
     hash_key,
     load_config,
     resolve_api_keys,
@@ -171,3 +172,28 @@ def test_the_fast_lane_needs_every_keys_secret_and_limits_a_bucket_can_hold(
     assert "at most 4,294,967,295" in problems[0].message
     assert "has no secret" in problems[1].message
     assert validate_file(_with_tenant(tmp_path, "", lane="exact", limit=2**32), env={}) == []
+
+
+def test_one_tenant_in_the_fast_lane_makes_envoy_check_every_key(tmp_path: Path) -> None:
+    """A tenant's own `lane: fast` puts Envoy's key check in front of every request, so
+    the exact lane's keys need their secret too; each tenant's lane is said, with why."""
+    path = _with_tenant(tmp_path, "", lane="exact")
+    text = path.read_text().replace("  - name: team\n", "  - name: team\n    lane: fast\n")
+    text += (
+        "  - name: other\n"
+        f"    keys: [{{name: other-key, hash: \"{hash_key('sk-sg-other')}\"}}]\n"
+    )
+    path.write_text(text)
+    problems = validate_file(path, env={})
+    assert [p.key_path for p in problems] == ["tenants[0].keys[0]", "tenants[1].keys[0]"]
+    fixed = text.replace('"}]\n', '", secret: {env: OTHER}}]\n').replace(
+        '"}\n', '", secret: {env: CI}}\n'
+    )
+    path.write_text(fixed)
+    assert validate_file(path, env={"CI": CLIENT_KEY, "OTHER": "sk-sg-other"}) == []
+    assert describe_lanes(path) == [
+        "tenant team: lane fast (its own lane): Envoy checks its keys and limits it with "
+        "token buckets",
+        "tenant other: lane exact (admission.lane): the routing stage admits it (sliding "
+        "windows, queues)",
+    ]

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from sluicegate import wire
 from sluicegate.config import parse_key_hash
 
 _UNKNOWN_REMEMBERED: Final = 4096
@@ -52,6 +53,13 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
         if value is not None:
             return value.strip() or None
     return None
+
+
+def named_identity(client: str) -> ClientIdentity | None:
+    """The identity in the client name Envoy's key check forwarded (wire.client_name), in
+    a gateway with a fast lane."""
+    parsed = wire.parse_client_name(client)
+    return None if parsed is None else ClientIdentity(parsed[1], parsed[2])
 
 
 class KeyRing:

@@ -77,6 +77,8 @@ class AdmissionPolicy:
     # Token limits exist, so the gateway reads usage off responses: the usage observer
     # (streams) and the usage access log (JSON answers) are configured (xds usage.py).
     counts_tokens: bool = False
+    # Envoy checks the keys and names the client (a gateway with a fast lane): trusted.
+    keys_checked_by_envoy: bool = False
     # Every scenario a client may pick with wire.SCENARIO_HEADER (the declared ones and
     # DEFAULT_SCENARIO).
     scenarios: frozenset[str] = frozenset((DEFAULT_SCENARIO,))
@@ -204,6 +206,7 @@ def admission_policy(gateway: Gateway) -> AdmissionPolicy:
         default_max_tokens=admission.default_max_tokens,
         max_output_tokens=admission.max_output_tokens,
         counts_tokens=admission.counts_tokens,
+        keys_checked_by_envoy=admission.keys_checked_by_envoy,
         scenarios=frozenset(gateway.scenarios),
         store=StoreSettings(
             kind=store.kind,

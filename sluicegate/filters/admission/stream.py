@@ -62,7 +62,7 @@ from ..table import RoutingTable
 from ..usage_reader import INJECTED_FIELD, UsageReading, routed_usage_answer, usage_answer
 from . import answers
 from .controller import AdmissionController
-from .keyring import ClientIdentity, presented_key
+from .keyring import ClientIdentity, named_identity, presented_key
 from .listing import tenant_listing
 from .policy import AdmissionPolicy, TenantPolicy
 from .record import (
@@ -95,7 +95,14 @@ BODILESS_KEY_REMOVED: Final = _without_client_key(bodiless=True)
 
 # The request headers the admission stage reads.
 _READ: Final = frozenset(
-    (":method", ":path", wire.PRIORITY_HEADER, wire.SCENARIO_HEADER, *wire.CLIENT_KEY_HEADERS)
+    (
+        ":method",
+        ":path",
+        wire.PRIORITY_HEADER,
+        wire.SCENARIO_HEADER,
+        wire.CLIENT_HEADER,
+        *wire.CLIENT_KEY_HEADERS,
+    )
 )
 # Without admission, only the path (which route: the scenario; the endpoint: who reads the
 # usage) and the scenario header.
@@ -225,12 +232,20 @@ class AdmissionStream:
         self._priority_header = headers.get(wire.PRIORITY_HEADER)
         if keyring is None:
             return CONTINUE_REQUEST_HEADERS
-        key = presented_key(headers)
-        if key is None:
-            return self._refuse("unauthenticated", NO_CLASS, answers.MISSING_KEY)
-        identity = keyring.identify(key)
-        if identity is None:
-            return self._refuse("unauthenticated", NO_CLASS, answers.INVALID_KEY)
+        named = headers.get(wire.CLIENT_HEADER) if policy.keys_checked_by_envoy else None
+        if named is not None:
+            # Envoy checked the key and removed it (xds/translate/client_keys.py); no
+            # client can send this header itself (removed before any filter).
+            identity = named_identity(named)
+            if identity is None:
+                return self._refuse("unauthenticated", NO_CLASS, answers.INVALID_KEY)
+        else:
+            key = presented_key(headers)
+            if key is None:
+                return self._refuse("unauthenticated", NO_CLASS, answers.MISSING_KEY)
+            identity = keyring.identify(key)
+            if identity is None:
+                return self._refuse("unauthenticated", NO_CLASS, answers.INVALID_KEY)
         self._identity = identity
         if not bodiless:
             return KEY_REMOVED

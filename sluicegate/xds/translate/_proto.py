@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any as AnyValue
 
-from envoy.config.core.v3 import extension_pb2
+from envoy.config.core.v3 import config_source_pb2, extension_pb2
 from envoy.extensions.common.matching.v3 import extension_matcher_pb2
 from envoy.extensions.filters.common.matcher.action.v3 import skip_action_pb2
 from envoy.extensions.filters.http.composite.v3 import composite_pb2
@@ -23,6 +23,15 @@ from sluicegate import wire
 REQUEST_HEADER_INPUT = "envoy.matching.inputs.request_headers"
 SKIP_FILTER_ACTION = "envoy.filters.common.matcher.action.skip_filter"
 COMPOSITE_FILTER = "envoy.filters.http.composite"
+
+
+def ads_source() -> config_source_pb2.ConfigSource:
+    """A resource served over the ADS stream the bootstrap opened (v3): every xDS
+    reference sluicegate writes (RDS, EDS, SDS, ECDS)."""
+    return config_source_pb2.ConfigSource(
+        ads=config_source_pb2.AggregatedConfigSource(),
+        resource_api_version=config_source_pb2.V3,
+    )
 
 
 def request_header_tree(header_name: str) -> matcher_pb2.Matcher.MatcherTree:

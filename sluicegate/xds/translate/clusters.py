@@ -46,7 +46,7 @@ from functools import partial
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
-from envoy.config.core.v3 import base_pb2, config_source_pb2
+from envoy.config.core.v3 import base_pb2
 from envoy.extensions.clusters.common.dns.v3 import dns_pb2
 from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
@@ -64,7 +64,7 @@ from sluicegate.model import Gateway, Limits, Provider, Route, Tls
 from sluicegate.xds.resource import HTTP_PROTOCOL_OPTIONS
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
-from ._proto import pack, struct
+from ._proto import ads_source, pack, struct
 from .circuit_breakers import circuit_breakers
 from .endpoints import TRANSPORT_MATCH_KEY, load_assignment
 from .forwarded_headers import HEADER_MUTATION_FILTER, forwarded_headers_filter
@@ -124,10 +124,7 @@ def _cluster(route: Route, limits: Limits) -> cluster_pb2.Cluster:
     if route.uses_eds:
         cluster.type = cluster_pb2.Cluster.EDS
         cluster.eds_cluster_config.eds_config.CopyFrom(
-            config_source_pb2.ConfigSource(
-                ads=config_source_pb2.AggregatedConfigSource(),
-                resource_api_version=config_source_pb2.V3,
-            )
+            ads_source()
         )
     else:
         cluster.cluster_type.CopyFrom(

@@ -35,7 +35,7 @@ from sluicegate.local_replies import (
 )
 from sluicegate.model import Gateway
 
-from ._proto import pack
+from ._proto import ads_source, pack
 from .client_keys import CLIENT_KEYS_FILTER, client_keys_config
 from .errors_json import error_body, json_reply_headers
 from .model_reader import (
@@ -47,24 +47,28 @@ from .model_reader import (
 from .tenant_limits import LIMITS_FILTER_PREFIX, charges_estimates, slot_configs
 
 
+def key_check_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
+    """Envoy's key check, first of all (client_keys.py), when it checks the keys."""
+    return [_discovered(e) for e in fast_lane_extensions(gateway) if e.name == CLIENT_KEYS_FILTER]
+
+
 def routing_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
-    """In place of the routing stage: the key check (with tenants), the model reader, and
-    the limiter slots, each discovered by its name over ADS (ECDS): a change
-    to one is pushed alone, and leaves the listener and the other filters, with their
-    token buckets, as they are."""
-    return [
-        hcm_pb2.HttpFilter(
-            name=extension.name,
-            config_discovery=config_source_pb2.ExtensionConfigSource(
-                config_source=config_source_pb2.ConfigSource(
-                    ads=config_source_pb2.AggregatedConfigSource(),
-                    resource_api_version=config_source_pb2.V3,
-                ),
-                type_urls=[extension.typed_config.type_url],
-            ),
-        )
-        for extension in _in_filter_order(fast_lane_extensions(gateway))
-    ]
+    """For the fast lane's requests, in place of the routing stage: the model reader, and
+    the limiter slots in order (they read what the reader wrote). Like the key check,
+    each is discovered by its name over ADS (ECDS): a change to one is pushed alone, and
+    leaves the listener and the other filters, with their token buckets, as they are."""
+    extensions = [e for e in fast_lane_extensions(gateway) if e.name != CLIENT_KEYS_FILTER]
+    return [_discovered(e) for e in sorted(extensions, key=lambda e: _order(e.name))]
+
+
+def _discovered(extension: extension_pb2.TypedExtensionConfig) -> hcm_pb2.HttpFilter:
+    return hcm_pb2.HttpFilter(
+        name=extension.name,
+        config_discovery=config_source_pb2.ExtensionConfigSource(
+            config_source=ads_source(),
+            type_urls=[extension.typed_config.type_url],
+        ),
+    )
 
 
 def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionConfig]:
@@ -72,13 +76,13 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
     if not gateway.admission.routed_by_envoy:
         return []
     configs = []
-    if gateway.tenants:
+    if gateway.admission.keys_checked_by_envoy:
         configs.append((CLIENT_KEYS_FILTER, client_keys_config(gateway)))
-    tenants = {t.name: TenantFacts(t.priority, t.models) for t in gateway.tenants}
+    fast = [t for t in gateway.tenants if t.fast]
     reader = model_reader_config(
         gateway.admission.default_max_tokens,
-        tenants,
-        estimates=charges_estimates(gateway.tenants),
+        {t.name: TenantFacts(t.priority, t.models) for t in fast},
+        estimates=charges_estimates(fast),
     )
     configs.append((MODEL_READER_FILTER, reader))
     configs += slot_configs(gateway)
@@ -88,18 +92,10 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
     ]
 
 
-def _in_filter_order(
-    extensions: list[extension_pb2.TypedExtensionConfig],
-) -> list[extension_pb2.TypedExtensionConfig]:
-    """The key check, then the model reader, then the limiter slots in order (they read
-    what the reader wrote)."""
-    first = {CLIENT_KEYS_FILTER: 0, MODEL_READER_FILTER: 1}
-    return sorted(extensions, key=lambda item: (first.get(item.name, 2), _slot(item.name)))
-
-
-def _slot(name: str) -> int:
+def _order(name: str) -> int:
+    """The model reader first, then the limiter slots by number."""
     if not name.startswith(LIMITS_FILTER_PREFIX):
-        return 0
+        return -1
     return int(name.removeprefix(LIMITS_FILTER_PREFIX))
 
 

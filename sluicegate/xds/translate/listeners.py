@@ -26,7 +26,6 @@ from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
 from envoy.config.core.v3 import (
     address_pb2,
     base_pb2,
-    config_source_pb2,
     extension_pb2,
     protocol_pb2,
     substitution_format_string_pb2,
@@ -43,9 +42,11 @@ from envoy.extensions.http.early_header_mutation.header_mutation.v3 import (
     header_mutation_pb2 as early_header_mutation_pb2,
 )
 from envoy.type.matcher.v3 import string_pb2
-from google.protobuf import wrappers_pb2
+from google.protobuf import any_pb2, wrappers_pb2
+from xds.type.matcher.v3 import matcher_pb2
 
 from sluicegate import wire
+from sluicegate.config import LANE_FAST
 from sluicegate.local_replies import (
     FAST_LANE_REFUSALS,
     FAULT_CODE,
@@ -57,8 +58,17 @@ from sluicegate.local_replies import (
 from sluicegate.model import Admission, Gateway, Limits, Listener
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
-from ._proto import duration_ms, duration_s, pack, struct
-from .envoy_routing import routing_filters
+from ._proto import (
+    ads_source,
+    duration_ms,
+    duration_s,
+    filter_with_matcher,
+    pack,
+    request_header_tree,
+    skip_filter,
+    struct,
+)
+from .envoy_routing import key_check_filters, routing_filters
 from .error_bodies import error_body_filter
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
@@ -147,12 +157,12 @@ def request_timeout_ms(limits: Limits, admission: Admission) -> int:
 
 
 def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
-    """ext_proc routing (admission), or the fast lane's filters (envoy_routing.py) →
-    usage readers → fault → error bodies → router."""
+    """Envoy's key check (with a fast lane and tenants) → ext_proc routing (the exact
+    lane's admission) → the fast lane's model reader and limiter slots (envoy_routing.py)
+    → usage readers → fault → error bodies → router."""
     limits, admission = gateway.limits, gateway.admission
-    if admission.routed_by_envoy:  # no routing stage: Envoy decides each request
-        filters = routing_filters(gateway)
-    else:
+    filters = key_check_filters(gateway) if admission.routed_by_envoy else []
+    if admission.routing_stage:
         # The routing stage writes dynamic metadata on every request (the request record's
         # facts, and with admission the reservation and the x-ratelimit-* values); Envoy
         # drops what a filter may not write into a namespace.
@@ -163,7 +173,9 @@ def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
             reads_metadata=False,
             longest_queue_wait_ms=admission.longest_queue_wait_ms,
         )
-        filters = [hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=pack(routing))]
+        filters.append(_routing_stage_filter(pack(routing), gateway))
+    if admission.routed_by_envoy:  # Envoy decides the fast lane's requests itself
+        filters += routing_filters(gateway)
     filters.extend(usage_filters(limits, counts_tokens=admission.counts_tokens))
     # After ext_proc: a drill applies to the route the model header selected.
     filters.append(fault_http_filter())
@@ -178,6 +190,16 @@ def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
     return filters
 
 
+def _routing_stage_filter(config: any_pb2.Any, gateway: Gateway) -> hcm_pb2.HttpFilter:
+    """The routing stage's filter; beside a fast lane, skipped for the requests of its
+    clients, whom Envoy's key check named with the `fast/` prefix (client_keys.py)."""
+    if not gateway.admission.routed_by_envoy:
+        return hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=config)
+    tree = request_header_tree(wire.CLIENT_HEADER)
+    tree.prefix_match_map.map[f"{LANE_FAST}/"].CopyFrom(skip_filter())
+    return filter_with_matcher(EXT_PROC_FILTER, config, matcher_pb2.Matcher(matcher_tree=tree))
+
+
 def _http_connection_manager(
     listener: Listener, gateway: Gateway, learns_weights: bool
 ) -> hcm_pb2.HttpConnectionManager:
@@ -185,10 +207,7 @@ def _http_connection_manager(
     return hcm_pb2.HttpConnectionManager(
         stat_prefix=listener.name,
         rds=hcm_pb2.Rds(
-            config_source=config_source_pb2.ConfigSource(
-                ads=config_source_pb2.AggregatedConfigSource(),
-                resource_api_version=config_source_pb2.V3,
-            ),
+            config_source=ads_source(),
             route_config_name=listener.route_config_name,
         ),
         # A gateway is the edge: trust the peer address, not client-sent XFF. A sidecar

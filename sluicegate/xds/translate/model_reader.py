@@ -47,6 +47,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.lua.v3 import lua_pb2
 
 from sluicegate import wire
+from sluicegate.config import LANE_FAST
 from sluicegate.local_replies import MODEL_NOT_ALLOWED
 
 MODEL_READER_FILTER: Final = "sluicegate.model_reader"
@@ -82,8 +83,8 @@ def _lua_tenants(tenants: Mapping[str, TenantFacts]) -> str:
             else "{" + ", ".join(f"[{_lua_string(m)}] = true" for m in sorted(facts.models)) + "}"
         )
         rows.append(
-            f"  [{_lua_string(name)}] = {{priority = {_lua_string(facts.priority)}, "
-            f"models = {models}}},"
+            f"  [{_lua_string(name)}] = {{name = {_lua_string(name)}, "
+            f"priority = {_lua_string(facts.priority)}, models = {models}}},"
         )
     return "{\n" + "\n".join(rows) + "\n}" if rows else "{}"
 
@@ -286,13 +287,16 @@ local function refuse(handle, problem)
   handle:clearRouteCache()
 end
 
--- The tenant Envoy's key check named (wire.CLIENT_HEADER: "<tenant>/<key name>"), written
--- for the record and the limits; the header goes no further.
+-- The client Envoy's key check named (wire.CLIENT_HEADER: "<lane>/<tenant>/<key name>"):
+-- "exact" for a client of the exact lane, whose request the routing stage decided (the
+-- header stays for it); else a fast-lane tenant's facts, written for the record and the
+-- limits, and the header goes no further.
 local function client(handle, headers)
   local named = headers:get("{wire.CLIENT_HEADER}")
   if named == nil then return nil end
+  local lane, tenant, key = string.match(named, "^([^/]+)/([^/]+)/([^/]+)$")
+  if lane ~= "{LANE_FAST}" then return "exact" end
   headers:remove("{wire.CLIENT_HEADER}")
-  local tenant, key = string.match(named, "^([^/]+)/(.+)$")
   local facts = TENANTS[tenant]
   if facts == nil then return nil end
   local meta = handle:streamInfo():dynamicMetadata()
@@ -304,6 +308,7 @@ end
 
 function envoy_on_request(handle)
   local tenant = client(handle, handle:headers())
+  if tenant == "exact" then return end
   -- A request without a body (a listing, a GET) is routed by its path, as the routing
   -- stage leaves it.
   local body = handle:body()
@@ -331,6 +336,9 @@ function envoy_on_request(handle)
   local meta = handle:streamInfo():dynamicMetadata()
   meta:set(NAMESPACE, "{wire.META_MODEL}", model)
   meta:set(NAMESPACE, "{wire.META_STREAM}", stream)
+  if tenant ~= nil then
+    meta:set(NAMESPACE, "{wire.META_CHARGED_TENANT}", tenant.name)
+  end
   if spans ~= nil then
     local input, output = input_estimate(text, spans), allowance(found)
     meta:set(NAMESPACE, "{wire.META_ESTIMATE_INPUT}", string.format("%d", input))

@@ -23,10 +23,11 @@ Order (first match wins):
    cost no Python. Omitted when a route's prefix is "/" (its fallback covers everything).
 404 bodies are plain text; the listener's local_reply_config turns them into OpenAI errors.
 
-Routed without Python (`admission.lane: fast`, envoy_routing.py), 2 matches the metadata
-Envoy's model reader wrote instead of the headers, and before each prefix's fallback (3)
-come its `answered-<problem>` routes: the body problems the reader found (400) and a
-model no route serves (404).
+For the fast lane's requests (`lane: fast`, envoy_routing.py), 2 also matches the
+metadata Envoy's model reader wrote (instead of the headers, or beside them when some
+tenants are in the exact lane), and before each prefix's fallback (3) come its
+`answered-<problem>` routes: the body problems the reader found (400), a model the
+tenant may not use (403) and a model no route serves (404).
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ def build_route_configurations(
         domains=["*"],
         routes=routes,
         response_headers_to_add=admission_response_headers() if gateway.admission.enabled else [],
-        # The routing stage's word on who reads the usage is not for providers.
-        request_headers_to_remove=[wire.USAGE_HEADER],
+        # The routing stage's word on who reads the usage, and the client Envoy's key check
+        # named, are not for providers.
+        request_headers_to_remove=[wire.USAGE_HEADER, wire.CLIENT_HEADER],
         # Only this gateway says a refusal is its own, or how long a request queued: a
         # provider's (or another sluicegate's upstream) never reaches the client. Envoy
         # removes these before it adds its own, and local replies keep theirs.
@@ -130,12 +132,13 @@ def _routes(gateway: Gateway, memo: RouteMemo | None = None) -> list[rc.Route]:
             build = partial(_model_listing, path, model, keyed=keyed)
             routes.append(build() if memo is None else memo.reuse(("listing", path, keyed), build))
     by_envoy = gateway.admission.routed_by_envoy
+    lanes = (gateway.admission.routing_stage, by_envoy)
     for route, route_models in match_order(gateway.routes):
-        build = partial(_model_routes, route, route_models, by_envoy=by_envoy)
+        build = partial(_model_routes, route, route_models, lanes)
         routes.extend(
             build()
             if memo is None
-            else memo.get(("model_routes", by_envoy), route, gateway.limits, build)
+            else memo.get(("model_routes", lanes), route, gateway.limits, build)
         )
     # Longest prefix first, so the most specific fallback is the one first matched.
     for prefix in sorted(gateway.path_prefixes, key=lambda p: (-len(p), p)):
@@ -190,16 +193,20 @@ def _json_route(path: str, body: bytes, *, keyed: bool) -> rc.Route:
     return route
 
 
-def _model_routes(route: Route, models: tuple[str, ...], *, by_envoy: bool) -> list[rc.Route]:
-    """Per model its stream twin and plain route, matched on the routing stage's headers,
-    or with `by_envoy` on the metadata Envoy read from the body (envoy_routing.py)."""
-    routes = []
+def _model_routes(
+    route: Route, models: tuple[str, ...], lanes: tuple[bool, bool]
+) -> list[rc.Route]:
+    """Per model its stream twin and plain route, matched on the routing stage's headers
+    (`lanes[0]`: the exact lane's requests), and on the metadata Envoy read from the body
+    (`lanes[1]`: the fast lane's; envoy_routing.py)."""
+    by_headers, by_envoy = lanes
+    routes: list[rc.Route] = []
     for model in models:
         twin, plain = with_stream_twin(_model_route(route, model), route)
+        if by_headers:
+            routes.extend((twin, plain))
         if by_envoy:
             routes.extend(model_routes(plain, twin, model))
-        else:
-            routes.extend((twin, plain))
     return routes
 
 

@@ -25,7 +25,7 @@ fed from endpoint metadata) in benchmarks/RESULTS.md, "Upstream credentials".
 
 from __future__ import annotations
 
-from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2
+from envoy.config.core.v3 import base_pb2, extension_pb2
 from envoy.extensions.filters.http.credential_injector.v3 import credential_injector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -36,7 +36,7 @@ from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from sluicegate import wire
 from sluicegate.model import Gateway, Provider, Route
 
-from ._proto import pack, per_provider_filter
+from ._proto import ads_source, pack, per_provider_filter
 
 # The upstream filter name (stats appear as cluster.<name>.composite.* and
 # cluster.<name>.credential_injector.*).
@@ -89,10 +89,7 @@ def _injector(provider: Provider) -> extension_pb2.TypedExtensionConfig:
     generic = generic_pb2.Generic(
         credential=secret_pb2.SdsSecretConfig(
             name=secret_name(provider),
-            sds_config=config_source_pb2.ConfigSource(
-                ads=config_source_pb2.AggregatedConfigSource(),
-                resource_api_version=config_source_pb2.V3,
-            ),
+            sds_config=ads_source(),
         ),
         header="authorization",
     )

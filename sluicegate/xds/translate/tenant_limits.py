@@ -9,11 +9,11 @@ enabled for no request. Each filter makes, per limit kind and scope, a descripto
 the metadata the model reader wrote (`limit`, `tenant`, and `key` for a key's limits);
 it matches only its own tenant's descriptors, so another tenant's request passes it.
 
-A request is charged 1 against `requests`, and its estimate (the model reader's, as the
-routing stage estimates) against `tokens`, `input_tokens` and `output_tokens`
-(hits_addend from the metadata). A request without a body has no estimate and Envoy then
-skips the token buckets. Buckets are all or nothing each, and refuse with 429 and
-`local_rate_limited` details (local_replies.FAST_LANE_REFUSALS).
+A request the model reader routes is charged (it then writes wire.META_CHARGED_TENANT; a
+listing or a refused body is not): 1 against `requests`, and its estimate (the model
+reader's, as the routing stage estimates) against `tokens`, `input_tokens` and
+`output_tokens` (hits_addend from the metadata). Buckets are all or nothing each, and
+refuse with 429 and `local_rate_limited` details (local_replies.FAST_LANE_REFUSALS).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def _descriptor_source(kind: config.LimitKind, keyed: bool) -> rc.RateLimit:
         rc.RateLimit.Action(
             generic_key=rc.RateLimit.Action.GenericKey(descriptor_key=_LIMIT, descriptor_value=kind)
         ),
-        _from_metadata(_TENANT, wire.META_TENANT),
+        _from_metadata(_TENANT, wire.META_CHARGED_TENANT),
     ]
     if keyed:
         actions.append(_from_metadata(_KEY, wire.META_KEY_NAME))
@@ -179,7 +179,7 @@ def _from_metadata(descriptor_key: str, metadata_key: str) -> rc.RateLimit.Actio
                 path=[metadata_pb2.MetadataKey.PathSegment(key=metadata_key)],
             ),
             source=rc.RateLimit.Action.MetaData.DYNAMIC,
-            # Without it (a request Envoy's key check did not name), no descriptor.
+            # Without it (a request the model reader did not route), no descriptor.
             skip_if_absent=True,
         )
     )
