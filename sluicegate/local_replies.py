@@ -15,7 +15,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from .wire import META_TENANT, METADATA_NAMESPACE
+from .wire import (
+    BODY_READ_MEMBERS,
+    MAX_N,
+    MAX_TOKENS_MEMBERS,
+    META_TENANT,
+    METADATA_NAMESPACE,
+)
 
 # A drill's abort (route `fault.abort`, flag FI): keeps its status.
 FAULT_FLAG: Final = "FI"
@@ -324,10 +330,11 @@ class BodyRefusal:
     code: str
     message: str
     param: str | None
+    type: str = "invalid_request_error"
 
 
 # The routing stage's own wording (filters/errors.py).
-BODY_REFUSALS: Final = (
+_BODY_REFUSALS: Final = (
     BodyRefusal(
         "json",
         400,
@@ -345,20 +352,40 @@ BODY_REFUSALS: Final = (
         "stream", 400, "invalid_type", "Invalid type for 'stream': expected a boolean.", "stream"
     ),
     BodyRefusal(
-        "duplicate_model",
-        400,
-        "duplicate_parameter",
-        "The 'model' parameter appears more than once in the request body.",
-        "model",
-    ),
-    BodyRefusal(
-        "duplicate_stream",
-        400,
-        "duplicate_parameter",
-        "The 'stream' parameter appears more than once in the request body.",
-        "stream",
+        "n", 400, "invalid_value", f"Invalid 'n': expected an integer from 1 to {MAX_N}.", "n"
     ),
 )
+DUPLICATE_PREFIX: Final = "duplicate_"
+MAX_TOKENS_PREFIX: Final = "max_tokens_"
+
+
+def body_refusals(max_output_tokens: int) -> tuple[BodyRefusal, ...]:
+    """Every body the model reader refuses: the fixed ones, a repeated member it reads
+    (wire.BODY_READ_MEMBERS: `duplicate_<member>`), and an output cap that is no whole
+    number from 1 to `max_output_tokens` (admission's; `max_tokens_<spelling>`)."""
+    duplicates = tuple(
+        BodyRefusal(
+            DUPLICATE_PREFIX + member,
+            400,
+            "duplicate_parameter",
+            f"The '{member}' parameter appears more than once in the request body.",
+            member,
+        )
+        for member in BODY_READ_MEMBERS
+    )
+    caps = tuple(
+        BodyRefusal(
+            MAX_TOKENS_PREFIX + member,
+            400,
+            "invalid_value",
+            f"Invalid '{member}': expected an integer from 1 to {max_output_tokens}.",
+            member,
+        )
+        for member in MAX_TOKENS_MEMBERS
+    )
+    return (*_BODY_REFUSALS, *duplicates, *caps)
+
+
 # A tenant's key asked for a model outside the tenant's `models` (the routing stage's
 # model_forbidden, without the tenant and model, which a fixed answer cannot name).
 MODEL_NOT_ALLOWED: Final = BodyRefusal(
@@ -367,6 +394,17 @@ MODEL_NOT_ALLOWED: Final = BodyRefusal(
     "model_not_allowed",
     "Your key's tenant may not use this model.",
     "model",
+)
+# Envoy's key check named a fast-lane client the model reader does not know yet: a reload
+# that adds a tenant reaches the key check before the reader (their configurations are
+# pushed one after the other).
+UNKNOWN_CLIENT: Final = BodyRefusal(
+    "unknown_client",
+    503,
+    "gateway_reconfiguring",
+    "The gateway is applying a configuration change; please retry shortly.",
+    None,
+    "server_error",
 )
 MODEL_NOT_SERVED: Final = BodyRefusal(
     "model_not_served",
@@ -390,7 +428,8 @@ def answered_code(route: str) -> str | None:
     such a route)."""
     if not route.startswith(ANSWERED_ROUTE_PREFIX):
         return None
-    for refusal in (*BODY_REFUSALS, MODEL_NOT_ALLOWED, MODEL_NOT_SERVED):
+    # Codes do not depend on the limit a message names.
+    for refusal in (*body_refusals(1), MODEL_NOT_ALLOWED, UNKNOWN_CLIENT, MODEL_NOT_SERVED):
         if answered_route_name(refusal) == route:
             return refusal.code
     return None

@@ -200,6 +200,19 @@ LOGPROBS_MEMBERS: Final = ("logprobs", "top_logprobs")
 # `instructions` is the Responses API's system prompt; tools and functions are rendered
 # into the prompt by providers.
 PROMPT_MEMBERS: Final = ("messages", "prompt", "input", "instructions", "tools", "functions")
+# Every top-level member the gateway reads from a request body (in both lanes): one that
+# occurs twice is refused (a provider's parser would read the last, the gateway the first).
+BODY_READ_MEMBERS: Final = (
+    "model",
+    "stream",
+    "stream_options",
+    "n",
+    *MAX_TOKENS_MEMBERS,
+    *PROMPT_MEMBERS,
+    *LOGPROBS_MEMBERS,
+)
+# The most choices (`n`) a request may ask for: OpenAI's limit.
+MAX_N: Final = 128
 LOG_MAX_OUTPUT_TOKENS: Final = 4096
 # Set (value "true") by the routing stage, with the model header, on a request whose body
 # has `"stream": true`: it selects the model route's stream twin, whose attempts wait

@@ -11,6 +11,8 @@ Other rooms import from here only:
 from .addresses import is_ip_address, split_host_port
 from .admin_address import ADMIN_SOCKET_MODE, UNIX_PREFIX, AdminAddress, parse_admin_address
 from .admission import (
+    FAST_LANE_MIN_FILL_MS,
+    LANE_EXACT,
     LANE_FAST,
     LIMIT_KINDS,
     Admission,
@@ -71,6 +73,8 @@ __all__ = [
     "ACCESS_LOG_STDOUT",
     "ADMIN_SOCKET_MODE",
     "DEFAULT_SCENARIO",
+    "FAST_LANE_MIN_FILL_MS",
+    "LANE_EXACT",
     "LANE_FAST",
     "LIMIT_KINDS",
     "MAX_SCENARIOS",

@@ -114,6 +114,10 @@ OnFailure = Literal["fail_open", "fail_closed", "local"]
 # `fast` by Envoy alone (keys, tenants' limits as token buckets, routing).
 Lane = Literal["exact", "fast"]
 LANE_FAST: Final = "fast"
+LANE_EXACT: Final = "exact"
+# A fast-lane token bucket refills at most this often (Envoy refuses under 50 ms), so a
+# Retry-After is whole seconds; a fast-lane limit's window is at least this long.
+FAST_LANE_MIN_FILL_MS: Final = 1000
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from .addresses import is_ip_address
 from .admin_address import parse_admin_address
-from .admission import LANE_FAST, Admission, RateLimits
+from .admission import FAST_LANE_MIN_FILL_MS, LANE_FAST, Admission, RateLimits
 from .document import Document, KeyRef, SettingsRoute
 from .durations import format_duration_ms
 from .keyhash import parse_key_hash
@@ -511,6 +511,7 @@ def check_admission(doc: Document, at: Locator) -> Iterable[Problem]:
 FAST_LANE_MAX_LIMIT: Final = 2**32 - 1
 
 
+
 def uses_fast_lane(doc: Document) -> bool:
     """Whether Envoy decides any request alone: `admission.lane: fast`, or a tenant's."""
     admission = doc.admission
@@ -557,6 +558,13 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
             for k, key in enumerate(tenant.keys)
         ]
         for path, limits in scopes:
+            if limits is not None and limits.per < FAST_LANE_MIN_FILL_MS:
+                yield at.error(
+                    (*path, "per"),
+                    "lane fast refills Envoy's token buckets at most once a second (Envoy "
+                    f"refuses a bucket refilled more often than every 50 ms): `per` must be "
+                    f"at least 1s, got {format_duration_ms(limits.per)}",
+                )
             for limit in limits.limits() if limits is not None else ():
                 if limit.limit > FAST_LANE_MAX_LIMIT:
                     yield at.error(

@@ -16,23 +16,13 @@ from sluicegate import wire
 from .estimate import estimate_span_tokens
 from .jsonbody import BodyError, Member, decode_utf8, find_members
 
-MAX_N: Final = 128  # OpenAI's limit on `n`
+MAX_N: Final = wire.MAX_N
 PROMPT_MEMBERS: Final = wire.PROMPT_MEMBERS
 # Spellings of the output cap, first wins: chat (new, legacy) and the Responses API.
 MAX_TOKENS_MEMBERS: Final = wire.MAX_TOKENS_MEMBERS
 # Asking for log probabilities: the answer may then be many times the size of its text.
 LOGPROBS_MEMBERS: Final = wire.LOGPROBS_MEMBERS
-READ_MEMBERS: Final = frozenset(
-    (
-        "model",
-        "stream",
-        "stream_options",
-        "n",
-        *MAX_TOKENS_MEMBERS,
-        *PROMPT_MEMBERS,
-        *LOGPROBS_MEMBERS,
-    )
-)
+READ_MEMBERS: Final = frozenset(wire.BODY_READ_MEMBERS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,8 +50,9 @@ class Admission:
     docs/fast-lane.md). routing_stage: some take the exact lane (no fast lane at all, or
     a tenant in the exact lane). The facts above concern the routing stage and its
     requests: the exact lane's tenants and the limits and gates it enforces.
-    keys_checked_by_envoy: Envoy checks every client key and names the client (with the
-    client's lane) to the routing stage, which trusts that instead of a key.
+    keys_checked_by_envoy: Envoy checks every client key (tenants exist and each key has
+    its secret, as a fast lane requires) and names the client, with its lane, to the
+    routing stage, which trusts that instead of a key.
     """
 
     enabled: bool = False
@@ -122,5 +123,9 @@ def resolve_admission(cfg: config.Config) -> Admission:
         ext_proc_processes=cfg.ext_proc_processes(),
         routed_by_envoy=by_envoy,
         routing_stage=routing_stage,
-        keys_checked_by_envoy=by_envoy and bool(cfg.tenants),
+        # Every key's secret given (a fast lane requires it): Envoy checks the keys
+        # whatever the tenants' lanes, so moving one between lanes never adds or removes
+        # the check (a request in flight would meet a routing stage that expects the other).
+        keys_checked_by_envoy=bool(cfg.tenants)
+        and all(key.secret is not None for t in cfg.tenants for key in t.keys),
     )

@@ -197,3 +197,13 @@ def test_one_tenant_in_the_fast_lane_makes_envoy_check_every_key(tmp_path: Path)
         "tenant other: lane exact (admission.lane): the routing stage admits it (sliding "
         "windows, queues)",
     ]
+
+
+def test_a_fast_lane_window_under_a_second_is_refused(tmp_path: Path) -> None:
+    """Envoy refills a bucket at most every 50 ms (it refuses the config otherwise), and
+    the fast lane's refills are whole seconds."""
+    path = _with_tenant(tmp_path, ", secret: {env: CI}")
+    path.write_text(path.read_text().replace("per: 1m", "per: 200ms"))
+    (problem,) = validate_file(path, env={"CI": CLIENT_KEY})
+    assert problem.key_path == "tenants[0].rate_limits.per"
+    assert "at least 1s, got 200ms" in problem.message

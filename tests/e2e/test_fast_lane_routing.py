@@ -138,8 +138,20 @@ def test_the_record_of_a_refusal_names_its_code(stack: Stack) -> None:
             400,
             "duplicate_parameter",
         ),
-        # Go's encoding/json would read `Model` as `model`
+        # Any member the gateway reads, repeated: a provider would read the last one, the
+        # charge the first (a cap of 1, then 100,000).
+        (b'{"model": "qwen-plus", "max_tokens": 1, "max_tokens": 100000}', 400,
+         "duplicate_parameter"),
+        (b'{"model": "qwen-plus", "messages": [], "messages": []}', 400, "duplicate_parameter"),
+        # An output cap or `n` out of the routing stage's range: the charge is read from it.
+        (b'{"model": "qwen-plus", "max_tokens": -5}', 400, "invalid_value"),
+        (b'{"model": "qwen-plus", "max_tokens": 1e5}', 400, "invalid_value"),
+        (b'{"model": "qwen-plus", "max_completion_tokens": 0}', 400, "invalid_value"),
+        (b'{"model": "qwen-plus", "max_tokens": 1000001}', 400, "invalid_value"),
+        (b'{"model": "qwen-plus", "n": 129}', 400, "invalid_value"),
+        # Go's encoding/json would read `Model` as `model`, `Messages` as `messages`
         (b'{"model": "qwen-plus", "Model": "deepseek-chat"}', 400, "invalid_json"),
+        (b'{"model": "qwen-plus", "Messages": []}', 400, "invalid_json"),
         (b'{"model": "qwen-plus", "mod\xc3\xa9l": 1}', 400, "invalid_json"),
         (b'{"model": "no-such-model", "messages": []}', 404, "model_not_found"),
         # `model` inside another member is not the request's model

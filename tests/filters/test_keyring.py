@@ -206,3 +206,14 @@ def test_right_key_is_never_taken_for_a_remembered_wrong_one(
     assert keys.identify("wrong") is None
     assert keys.identify("other-wrong") is None
     assert keys.identify(KEYS["alpha", "alpha-ci"]) == ClientIdentity("alpha", "alpha-ci")
+
+
+def test_a_client_envoy_named_is_trusted_only_for_a_key_of_the_ring() -> None:
+    """With Envoy checking keys (docs/fast-lane.md, "A lane per tenant") the routing stage
+    reads the client Envoy named; one the ring does not hold (a key a reload just
+    removed, a tenant of another key) is refused as its key would be."""
+    ring = KeyRing([("team", "ci", hashed("sk-sg-ci"))])
+    assert ring.named("exact/team/ci") == ClientIdentity("team", "ci")
+    assert ring.named("exact/other/ci") is None
+    assert ring.named("exact/team/gone") is None
+    assert ring.named("team/ci") is None

@@ -85,13 +85,17 @@ async def test_rule_4_5_nack_recorded_and_not_resent(ads: Ads) -> None:
     rejected = await raw.recv()
     assert rejected.version_info == bad.version(CLUSTER)
     # Rule 4: a NACK carries error_detail and the last accepted version.
+    # Envoy quotes the rejected config as text, secrets included (`sensitive` is ignored):
+    # the log and /status keep none of them.
+    error = 'cluster bad: invalid lb in credentials { key: "sk-sg-LEAK" client: "fast/t/k" }'
     await raw.send(type_url=CLUSTER, version_info=first.version_info,
-                   response_nonce=rejected.nonce, error="cluster bad: invalid lb")  # fmt: skip
+                   response_nonce=rejected.nonce, error=error)  # fmt: skip
     await raw.quiet()
     [status] = ads.cache.status()
     nack = status.to_dict()["nacks"][CLUSTER]
     assert nack["version"] == bad.version(CLUSTER)
     assert "invalid lb" in nack["message"]
+    assert "sk-sg-LEAK" not in nack["message"] and 'key: "[redacted]"' in nack["message"]
     assert status.acked_versions()[CLUSTER] == good.version(CLUSTER)
     json.dumps(status.to_dict())
     assert ads.cache.ads_status.nacks_total[CLUSTER] == 1

@@ -55,28 +55,34 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-def named_identity(client: str) -> ClientIdentity | None:
-    """The identity in the client name Envoy's key check forwarded (wire.client_name), in
-    a gateway with a fast lane."""
-    parsed = wire.parse_client_name(client)
-    return None if parsed is None else ClientIdentity(parsed[1], parsed[2])
-
-
 class KeyRing:
     """Stored key hashes → identity, with the memory described in the module docstring."""
 
-    __slots__ = ("_keys", "_known", "_unknown")
+    __slots__ = ("_keys", "_known", "_names", "_unknown")
 
     def __init__(self, keys: Iterable[tuple[str, str, str]]) -> None:
         """`keys`: (tenant, key name, stored hash) triples from a validated config."""
         self._keys: tuple[StoredKey, ...] = tuple(
             StoredKey(tenant, name, *parse_key_hash(hashed)) for tenant, name, hashed in keys
         )
+        self._names = frozenset((k.tenant, k.name) for k in self._keys)
         self._known: dict[bytes, ClientIdentity] = {}
         self._unknown: OrderedDict[bytes, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def named(self, client: str) -> ClientIdentity | None:
+        """The identity in the client name Envoy's key check forwarded (wire.client_name),
+        when it names a key of this ring: one Envoy still names while a reload removes
+        it is refused as the key itself would be."""
+        parsed = wire.parse_client_name(client)
+        if parsed is None:
+            return None
+        _lane, tenant, name = parsed
+        if (tenant, name) not in self._names:
+            return None
+        return ClientIdentity(tenant, name)
 
     def identify(self, key: str) -> ClientIdentity | None:
         """The identity behind `key`, or None when no stored hash matches."""

@@ -62,7 +62,7 @@ from ..table import RoutingTable
 from ..usage_reader import INJECTED_FIELD, UsageReading, routed_usage_answer, usage_answer
 from . import answers
 from .controller import AdmissionController
-from .keyring import ClientIdentity, named_identity, presented_key
+from .keyring import ClientIdentity, presented_key
 from .listing import tenant_listing
 from .policy import AdmissionPolicy, TenantPolicy
 from .record import (
@@ -236,7 +236,7 @@ class AdmissionStream:
         if named is not None:
             # Envoy checked the key and removed it (xds/translate/client_keys.py); no
             # client can send this header itself (removed before any filter).
-            identity = named_identity(named)
+            identity = keyring.named(named)
             if identity is None:
                 return self._refuse("unauthenticated", NO_CLASS, answers.INVALID_KEY)
         else:

@@ -14,6 +14,7 @@ import enum
 import itertools
 import logging
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -43,6 +44,18 @@ log = logging.getLogger("sluicegate.xds.server")
 MAX_PENDING = 64
 #: Rejected versions remembered per type while the config stays the same.
 MAX_NACKED = 32
+# Secrets a NACK's message may quote: Envoy's proto errors print the rejected message as
+# text (which ignores the `sensitive` annotation), e.g. a client key's `key: "sk-…"` or a
+# provider key's `inline_string: "…"`; JSON-like quotes too.
+_SECRET_FIELDS = re.compile(
+    r'(?P<name>\b(?:key|inline_string|inline_bytes|secret)"?\s*[:=]\s*)"(?:[^"\\]|\\.)*"'
+)
+
+
+def without_secrets(message: str) -> str:
+    """A NACK's message with every quoted value of a field that may hold a key replaced
+    (it goes to the log, /status and `sluicegate status`)."""
+    return _SECRET_FIELDS.sub(lambda m: f'{m.group("name")}"[redacted]"', message)
 
 #: End of stream marker of grpc.aio (missing from grpc-stubs).
 GRPC_EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]
@@ -361,8 +374,9 @@ class AdsStream(abc.ABC):
         """Rule 4/5: a request with error_detail rejects `pending`; remember and report it."""
         state.remember_nack(pending)
         detail = request.error_detail
+        message = without_secrets(detail.message)
         record = NackRecord(
-            version=pending.version, message=detail.message, at=time.time(),
+            version=pending.version, message=message, at=time.time(),
             nonce=pending.nonce, code=detail.code,
         )  # fmt: skip
         if self.node is not None:
@@ -372,7 +386,7 @@ class AdsStream(abc.ABC):
             self.node_id,
             _short(type_url),
             pending.version,
-            detail.message,
+            message,
         )
         self.answered(type_url, pending, accepted=False)
 

@@ -9,7 +9,7 @@ reader in wire.USAGE_HEADER and clears the route cache; the request re-matches h
   on metadata `model` instead of the routing stage's headers (streams.py);
 - per prefix, after every model route: each body problem the reader found, answered 400
   as the routing stage words it, a model the tenant may not use, 403, then a model no
-  route serves, 404; OpenAI error JSON from Envoy itself (local_replies.BODY_REFUSALS,
+  route serves, 404; OpenAI error JSON from Envoy itself (local_replies.body_refusals,
   MODEL_NOT_ALLOWED, MODEL_NOT_SERVED).
 
 Between the reader and the router, the limiter slots with the tenants' token buckets
@@ -24,14 +24,16 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.type.matcher.v3 import metadata_pb2, string_pb2, value_pb2
+from google.protobuf.message import Message
 
 from sluicegate import wire
 from sluicegate.local_replies import (
-    BODY_REFUSALS,
     MODEL_NOT_ALLOWED,
     MODEL_NOT_SERVED,
+    UNKNOWN_CLIENT,
     BodyRefusal,
     answered_route_name,
+    body_refusals,
 )
 from sluicegate.model import Gateway
 
@@ -49,7 +51,11 @@ from .tenant_limits import LIMITS_FILTER_PREFIX, charges_estimates, slot_configs
 
 def key_check_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
     """Envoy's key check, first of all (client_keys.py), when it checks the keys."""
-    return [_discovered(e) for e in fast_lane_extensions(gateway) if e.name == CLIENT_KEYS_FILTER]
+    if not gateway.admission.keys_checked_by_envoy:
+        return []
+    config = client_keys_config(gateway)
+    return [_discovered(extension_pb2.TypedExtensionConfig(
+        name=CLIENT_KEYS_FILTER, typed_config=pack(config)))]  # fmt: skip
 
 
 def routing_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
@@ -57,6 +63,8 @@ def routing_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
     the limiter slots in order (they read what the reader wrote). Like the key check,
     each is discovered by its name over ADS (ECDS): a change to one is pushed alone, and
     leaves the listener and the other filters, with their token buckets, as they are."""
+    if not gateway.admission.routed_by_envoy:
+        return []
     extensions = [e for e in fast_lane_extensions(gateway) if e.name != CLIENT_KEYS_FILTER]
     return [_discovered(e) for e in sorted(extensions, key=lambda e: _order(e.name))]
 
@@ -73,19 +81,25 @@ def _discovered(extension: extension_pb2.TypedExtensionConfig) -> hcm_pb2.HttpFi
 
 def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionConfig]:
     """The configurations routing_filters' filters discover (ECDS), sorted by name."""
-    if not gateway.admission.routed_by_envoy:
-        return []
-    configs = []
+    configs: list[tuple[str, Message]] = []
     if gateway.admission.keys_checked_by_envoy:
         configs.append((CLIENT_KEYS_FILTER, client_keys_config(gateway)))
+    if not gateway.admission.routed_by_envoy:
+        return _extensions(configs)
     fast = [t for t in gateway.tenants if t.fast]
+    # Every tenant, whatever its lane: moving one between lanes changes only the key check.
     reader = model_reader_config(
         gateway.admission.default_max_tokens,
-        {t.name: TenantFacts(t.priority, t.models) for t in fast},
+        {t.name: TenantFacts(t.priority, t.models) for t in gateway.tenants},
+        max_output_tokens=gateway.admission.max_output_tokens,
         estimates=charges_estimates(fast),
     )
     configs.append((MODEL_READER_FILTER, reader))
     configs += slot_configs(gateway)
+    return _extensions(configs)
+
+
+def _extensions(configs: list[tuple[str, Message]]) -> list[extension_pb2.TypedExtensionConfig]:
     return [
         extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(config))
         for name, config in sorted(configs, key=lambda item: item[0])
@@ -124,9 +138,9 @@ def model_routes(plain: rc.Route, twin: rc.Route, model: str) -> list[rc.Route]:
     return routes
 
 
-def answered_routes(prefix: str) -> list[rc.Route]:
-    """Under `prefix`, after every model route: each body error, a model the tenant may
-    not use, then a model no route serves."""
+def answered_routes(prefix: str, max_output_tokens: int) -> list[rc.Route]:
+    """Under `prefix`, after every model route: each body error (local_replies.
+    body_refusals), a model the tenant may not use, then a model no route serves."""
     routes = [
         _json_reply(
             prefix,
@@ -136,7 +150,7 @@ def answered_routes(prefix: str) -> list[rc.Route]:
                 value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=error.problem)),
             ),
         )
-        for error in (*BODY_REFUSALS, MODEL_NOT_ALLOWED)
+        for error in (*body_refusals(max_output_tokens), MODEL_NOT_ALLOWED, UNKNOWN_CLIENT)
     ]
     served = _metadata_match(wire.META_MODEL, value_pb2.ValueMatcher(present_match=True))
     routes.append(_json_reply(prefix, MODEL_NOT_SERVED, served))
@@ -144,7 +158,7 @@ def answered_routes(prefix: str) -> list[rc.Route]:
 
 
 def _json_reply(prefix: str, error: BodyRefusal, match: metadata_pb2.MetadataMatcher) -> rc.Route:
-    body = error_body(error.message, "invalid_request_error", error.code, error.param)
+    body = error_body(error.message, error.type, error.code, error.param)
     return rc.Route(
         name=answered_route_name(error),
         match=rc.RouteMatch(prefix=prefix, dynamic_metadata=[match]),

@@ -161,7 +161,7 @@ def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
     lane's admission) → the fast lane's model reader and limiter slots (envoy_routing.py)
     → usage readers → fault → error bodies → router."""
     limits, admission = gateway.limits, gateway.admission
-    filters = key_check_filters(gateway) if admission.routed_by_envoy else []
+    filters = key_check_filters(gateway)
     if admission.routing_stage:
         # The routing stage writes dynamic metadata on every request (the request record's
         # facts, and with admission the reservation and the x-ratelimit-* values); Envoy
@@ -193,7 +193,7 @@ def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
 def _routing_stage_filter(config: any_pb2.Any, gateway: Gateway) -> hcm_pb2.HttpFilter:
     """The routing stage's filter; beside a fast lane, skipped for the requests of its
     clients, whom Envoy's key check named with the `fast/` prefix (client_keys.py)."""
-    if not gateway.admission.routed_by_envoy:
+    if not (gateway.admission.routed_by_envoy and gateway.admission.keys_checked_by_envoy):
         return hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=config)
     tree = request_header_tree(wire.CLIENT_HEADER)
     tree.prefix_match_map.map[f"{LANE_FAST}/"].CopyFrom(skip_filter())
@@ -235,7 +235,9 @@ def _http_connection_manager(
         merge_slashes=True,
         early_header_mutation_extensions=[_strip_internal_headers()],
         http_filters=_http_filters(gateway),
-        local_reply_config=local_reply_config(limits, fast_lane=admission.routed_by_envoy),
+        local_reply_config=local_reply_config(
+            limits, fast_lane=admission.routed_by_envoy or admission.keys_checked_by_envoy
+        ),
         # Every request's record: /metrics, the JSON access log, and the charge of its
         # reservation (docs/metrics.md).
         # With a `routing: latency` route, the records of those routes also go to the

@@ -9,7 +9,7 @@ into a document (about 40 ms a MB on Envoy's worker: a 100 KB prompt held the wo
 (filters/routing.py) by the same rules (filters/request_facts.py), and writes:
 
 - into the `sluicegate` metadata namespace, `model` (a string) and `stream` (a boolean),
-  where the routing stage writes them, or `body_problem` (local_replies.BODY_REFUSALS'
+  where the routing stage writes them, or `body_problem` (local_replies.body_refusals'
   `problem`) for a body it refuses (the route that answers it is named after it, and the
   request record names its code from that: local_replies.answered_code);
 - wire.USAGE_HEADER, who reads the answer's usage (filters/usage_reader.py's rule
@@ -32,7 +32,9 @@ every value: a value it does not read is the provider's to judge, as is the text
 UTF-8. A body it could read differently from a provider's parser is refused as not
 JSON: a top-level key with an escape or a non-ASCII byte (`"mod\\u0065l"`), or one that
 is a member it reads in another case (`"Model"`: Go's encoding/json folds case). A
-repeated `model` or `stream` is refused whatever else is repeated. A model name with an
+member it reads (wire.BODY_READ_MEMBERS) that occurs twice is refused, and so are an
+output cap or `n` that is no whole number in range (the routing stage's rules,
+filters/request_facts.py): the charge is read from them. A model name with an
 escape other than `\\/` is matched as written, and no route serves it (model names hold
 no backslash: config validation).
 """
@@ -47,8 +49,13 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.lua.v3 import lua_pb2
 
 from sluicegate import wire
-from sluicegate.config import LANE_FAST
-from sluicegate.local_replies import MODEL_NOT_ALLOWED
+from sluicegate.config import LANE_EXACT, LANE_FAST
+from sluicegate.local_replies import (
+    DUPLICATE_PREFIX,
+    MAX_TOKENS_PREFIX,
+    MODEL_NOT_ALLOWED,
+    UNKNOWN_CLIENT,
+)
 
 MODEL_READER_FILTER: Final = "sluicegate.model_reader"
 META_BODY_PROBLEM: Final = "body_problem"
@@ -93,10 +100,12 @@ def model_reader_lua(
     default_max_tokens: int,
     tenants: Mapping[str, TenantFacts] | None = None,
     *,
+    max_output_tokens: int,
     estimates: bool = False,
 ) -> str:
     """The filter's source; `default_max_tokens` is the allowance of a request that names
-    no output cap (admission.default_max_tokens); `tenants` those Envoy's key check may
+    no output cap (admission.default_max_tokens), `max_output_tokens` the largest cap it
+    may name (admission's); `tenants` those Envoy's key check may
     name; with `estimates`, each request's token estimate is written (a tenant or key
     limits tokens)."""
     return rf"""
@@ -108,9 +117,9 @@ local PROMPT = {{}}
 for _, name in ipairs({_lua_list(wire.PROMPT_MEMBERS)}) do PROMPT[name] = true end
 local TENANTS = {_lua_tenants(tenants or {})}
 local ESTIMATES = {"true" if estimates else "false"}
-local WANTED = {{model = true, stream = true, n = true, stream_options = true}}
-for _, name in ipairs(CAPS) do WANTED[name] = true end
-for _, name in ipairs(LOGPROBS) do WANTED[name] = true end
+local WANTED = {{}}
+for _, name in ipairs({_lua_list(wire.BODY_READ_MEMBERS)}) do WANTED[name] = true end
+local MAX_OUTPUT, MAX_N = {max_output_tokens}, {wire.MAX_N}
 local find, sub, byte = string.find, string.sub, string.byte
 
 -- The index of the quote that closes the string opened at `i`, or nil.
@@ -175,17 +184,17 @@ local function not_object(text, i)
   return "json"
 end
 
--- The top-level members in WANTED (raw text), the first one repeated and the first of
--- `model` and `stream` repeated; or nil and a problem.
+-- The top-level members in WANTED (raw text, but only `true` for a prompt member, whose
+-- span goes to `spans`) and the first one repeated; or nil and a problem.
 local function members(text, spans)
   local i = find(text, "[^ \t\r\n]")
   if i == nil then return nil, "json" end
   if byte(text, i) ~= 123 then return nil, not_object(text, i) end
-  local found, repeated, routed = {{}}, nil, nil
+  local found, repeated = {{}}, nil
   i = find(text, "[^ \t\r\n]", i + 1)
   if i ~= nil and byte(text, i) == 125 then
     if find(text, "[^ \t\r\n]", i + 1) ~= nil then return nil, "json" end
-    return found, nil, nil
+    return found, nil
   end
   while true do
     if i == nil or byte(text, i) ~= 34 then return nil, "json" end
@@ -209,9 +218,8 @@ local function members(text, spans)
     if WANTED[key] then
       if found[key] ~= nil then
         repeated = repeated or key
-        if (key == "model" or key == "stream") and routed == nil then routed = key end
       else
-        found[key] = sub(text, start, stop)
+        found[key] = PROMPT[key] or sub(text, start, stop)
       end
     end
     i = find(text, "[^ \t\r\n]", stop + 1)
@@ -219,52 +227,59 @@ local function members(text, spans)
     local c = byte(text, i)
     if c == 125 then
       if find(text, "[^ \t\r\n]", i + 1) ~= nil then return nil, "json" end
-      return found, repeated, routed
+      return found, repeated
     end
     if c ~= 44 then return nil, "json" end
     i = find(text, "[^ \t\r\n]", i + 1)
   end
 end
 
-local function whole(raw)
-  if raw == nil or find(raw, "^%-?%d+$") == nil then return nil end
-  return tonumber(raw)
+-- A member's whole number from 1 to `most` (nil for one absent or null), or false.
+local function counted(raw, most)
+  if raw == nil or raw == "null" then return nil end
+  if find(raw, "^[1-9]%d*$") == nil or #raw > 15 then return false end
+  local value = tonumber(raw)
+  return value <= most and value
 end
 
--- What the client allows out: (its cap or the default) per choice.
+-- What the client allows out, (its cap or the default) per choice; or nil and the
+-- refusal of a cap or `n` out of range (every cap sent is checked, the first is used).
 local function allowance(found)
   local cap = nil
   for _, name in ipairs(CAPS) do
-    if cap == nil then cap = whole(found[name]) end
+    local value = counted(found[name], MAX_OUTPUT)
+    if value == false then return nil, "{MAX_TOKENS_PREFIX}" .. name end
+    if cap == nil then cap = value end
   end
-  local n = whole(found.n)
-  return (cap or {default_max_tokens}) * ((n ~= nil and n > 0) and n or 1)
+  local n = counted(found.n, MAX_N)
+  if n == false then return nil, "n" end
+  return (cap or {default_max_tokens}) * (n or 1)
 end
 
 -- The input estimate over the prompt members' spans (filters/estimate.py): ASCII
--- characters / 4, rounded up once, plus one per other character. One search finds
--- whether the body holds any byte above 127 (the usual body holds none).
+-- characters / 4, rounded up once, plus one per other character (a UTF-8 lead byte).
+-- One search tells whether the body holds any byte above 127 (the usual body holds none).
 local function input_estimate(text, spans)
   local ascii, other = 0, 0
-  for s = 1, #spans, 2 do ascii = ascii + spans[s + 1] - spans[s] + 1 end
-  local k = find(text, "[\128-\255]")
-  while k ~= nil do
-    for s = 1, #spans, 2 do
-      if k >= spans[s] and k <= spans[s + 1] then
-        ascii = ascii - 1
-        if byte(text, k) >= 192 then other = other + 1 end
-      end
+  local plain = find(text, "[\128-\255]") == nil
+  for s = 1, #spans, 2 do
+    local length = spans[s + 1] - spans[s] + 1
+    if plain then
+      ascii = ascii + length
+    else
+      local part = sub(text, spans[s], spans[s + 1])
+      local _, high = string.gsub(part, "[\128-\255]", "")
+      local _, leads = string.gsub(part, "[\192-\255]", "")
+      ascii = ascii + length - high
+      other = other + leads
     end
-    k = find(text, "[\128-\255]", k + 1)
   end
   return math.ceil(ascii / 4) + other
 end
 
--- Who reads the answer's usage (filters/usage_reader.py, without reservations); with a
--- member it reads repeated, nobody reads a JSON answer's.
-local function reader(path, found, stream, repeated)
+-- Who reads the answer's usage (filters/usage_reader.py, without reservations).
+local function reader(path, found, stream, allowed)
   if stream then return "{wire.USAGE_BY_STREAM}" end
-  if repeated then return "{wire.USAGE_UNREAD}" end
   local endpoint = string.gsub(string.gsub(path or "", "%?.*$", ""), "/+$", "")
   local generation = false
   for _, suffix in ipairs(ENDPOINTS) do
@@ -278,7 +293,7 @@ local function reader(path, found, stream, repeated)
       return "{wire.USAGE_UNREAD}"
     end
   end
-  if allowance(found) > {wire.LOG_MAX_OUTPUT_TOKENS} then return "{wire.USAGE_UNREAD}" end
+  if allowed > {wire.LOG_MAX_OUTPUT_TOKENS} then return "{wire.USAGE_UNREAD}" end
   return "{wire.USAGE_BY_LOG}"
 end
 
@@ -287,28 +302,29 @@ local function refuse(handle, problem)
   handle:clearRouteCache()
 end
 
--- The client Envoy's key check named (wire.CLIENT_HEADER: "<lane>/<tenant>/<key name>"):
--- "exact" for a client of the exact lane, whose request the routing stage decided (the
--- header stays for it); else a fast-lane tenant's facts, written for the record and the
--- limits, and the header goes no further.
+-- The lane of the client Envoy's key check named (wire.CLIENT_HEADER:
+-- "<lane>/<tenant>/<key name>") and, in the fast lane, its tenant's facts, written for
+-- the record and the limits (the header goes no further). An exact-lane client's request
+-- was decided by the routing stage, and keeps the header for it.
 local function client(handle, headers)
   local named = headers:get("{wire.CLIENT_HEADER}")
-  if named == nil then return nil end
+  if named == nil then return nil, nil end
   local lane, tenant, key = string.match(named, "^([^/]+)/([^/]+)/([^/]+)$")
-  if lane ~= "{LANE_FAST}" then return "exact" end
+  if lane == "{LANE_EXACT}" then return lane, nil end
   headers:remove("{wire.CLIENT_HEADER}")
   local facts = TENANTS[tenant]
-  if facts == nil then return nil end
+  if lane ~= "{LANE_FAST}" or facts == nil then return "{UNKNOWN_CLIENT.problem}", nil end
   local meta = handle:streamInfo():dynamicMetadata()
   meta:set(NAMESPACE, "{wire.META_TENANT}", tenant)
   meta:set(NAMESPACE, "{wire.META_KEY_NAME}", key)
   meta:set(NAMESPACE, "{wire.META_PRIORITY}", facts.priority)
-  return facts
+  return lane, facts
 end
 
 function envoy_on_request(handle)
-  local tenant = client(handle, handle:headers())
-  if tenant == "exact" then return end
+  local lane, tenant = client(handle, handle:headers())
+  if lane == "{LANE_EXACT}" then return end  -- the routing stage decided it
+  if lane == "{UNKNOWN_CLIENT.problem}" then return refuse(handle, lane) end
   -- A request without a body (a listing, a GET) is routed by its path, as the routing
   -- stage leaves it.
   local body = handle:body()
@@ -316,9 +332,9 @@ function envoy_on_request(handle)
   if size == 0 then return end
   local text = body:getBytes(0, size)
   local spans = ESTIMATES and {{}} or nil
-  local found, repeated, routed = members(text, spans)
+  local found, repeated = members(text, spans)
   if found == nil then return refuse(handle, repeated) end
-  if routed ~= nil then return refuse(handle, "duplicate_" .. routed) end
+  if repeated ~= nil then return refuse(handle, "{DUPLICATE_PREFIX}" .. repeated) end
   local model = found.model
   if model == nil or model == '""' then return refuse(handle, "model") end
   if byte(model, 1) ~= 34 then return refuse(handle, "model_type") end
@@ -327,6 +343,8 @@ function envoy_on_request(handle)
     return refuse(handle, "stream")
   end
   stream = stream == "true"
+  local allowed, problem = allowance(found)
+  if allowed == nil then return refuse(handle, problem) end
   -- `\/` is `/` (PHP writes it); any other escape stays, and no model name holds one
   -- (validation), so no route serves it.
   model = string.gsub(sub(model, 2, -2), "\\/", "/")
@@ -340,14 +358,14 @@ function envoy_on_request(handle)
     meta:set(NAMESPACE, "{wire.META_CHARGED_TENANT}", tenant.name)
   end
   if spans ~= nil then
-    local input, output = input_estimate(text, spans), allowance(found)
+    local input, output = input_estimate(text, spans), allowed
     meta:set(NAMESPACE, "{wire.META_ESTIMATE_INPUT}", string.format("%d", input))
     meta:set(NAMESPACE, "{wire.META_ESTIMATE_OUTPUT}", string.format("%d", output))
     meta:set(NAMESPACE, "{wire.META_ESTIMATE_TOKENS}", string.format("%d", input + output))
   end
   -- Fetched again: a wrapper taken before body() is void once the body was awaited.
   local headers = handle:headers()
-  headers:replace("{wire.USAGE_HEADER}", reader(headers:get(":path"), found, stream, repeated))
+  headers:replace("{wire.USAGE_HEADER}", reader(headers:get(":path"), found, stream, allowed))
   handle:clearRouteCache()
 end
 """
@@ -357,7 +375,10 @@ def model_reader_config(
     default_max_tokens: int,
     tenants: Mapping[str, TenantFacts] | None = None,
     *,
+    max_output_tokens: int,
     estimates: bool = False,
 ) -> lua_pb2.Lua:
-    source = model_reader_lua(default_max_tokens, tenants, estimates=estimates)
+    source = model_reader_lua(
+        default_max_tokens, tenants, max_output_tokens=max_output_tokens, estimates=estimates
+    )
     return lua_pb2.Lua(default_source_code=base_pb2.DataSource(inline_string=source))

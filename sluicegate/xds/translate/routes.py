@@ -79,7 +79,11 @@ def build_route_configurations(
         # Only this gateway says a refusal is its own, or how long a request queued: a
         # provider's (or another sluicegate's upstream) never reaches the client. Envoy
         # removes these before it adds its own, and local replies keep theirs.
-        response_headers_to_remove=[wire.REFUSAL_HEADER, wire.QUEUE_MS_HEADER],
+        response_headers_to_remove=[
+            wire.REFUSAL_HEADER,
+            wire.QUEUE_MS_HEADER,
+            *_providers_quota_headers(gateway),
+        ],
     )
     return [
         route_pb2.RouteConfiguration(
@@ -89,6 +93,17 @@ def build_route_configurations(
         )
         for listener in gateway.listeners
     ]
+
+
+def _providers_quota_headers(gateway: Gateway) -> list[str]:
+    """With fast-lane tenants, a provider's OpenAI `x-ratelimit-*` headers (its quota for
+    the gateway's key, shared by every tenant) are removed: a client's quota is the
+    gateway's, which the exact lane sets again from its metadata (admission_response_
+    headers) and the fast lane's buckets give in Envoy's own names (docs/fast-lane.md)."""
+    admission = gateway.admission
+    if not (admission.routed_by_envoy and admission.keys_checked_by_envoy):
+        return []
+    return [header for header, _ in wire.RATELIMIT_HEADERS]
 
 
 def admission_response_headers() -> list[base_pb2.HeaderValueOption]:
@@ -143,7 +158,7 @@ def _routes(gateway: Gateway, memo: RouteMemo | None = None) -> list[rc.Route]:
     # Longest prefix first, so the most specific fallback is the one first matched.
     for prefix in sorted(gateway.path_prefixes, key=lambda p: (-len(p), p)):
         if by_envoy:
-            routes.extend(answered_routes(prefix))
+            routes.extend(answered_routes(prefix, gateway.admission.max_output_tokens))
         routes.append(_not_found(prefix, ext_proc=True))
     if "/" not in gateway.path_prefixes:
         routes.append(_not_found("/", ext_proc=False))

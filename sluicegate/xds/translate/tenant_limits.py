@@ -35,8 +35,7 @@ from sluicegate.model import Gateway, Tenant
 
 LIMITS_FILTER_PREFIX: Final = "sluicegate.limits."
 LIMITS_EXTENSION: Final = "envoy.filters.http.local_ratelimit"
-# A bucket refills at most once a second: Retry-After is whole seconds.
-MIN_FILL_MS: Final = 1000
+MIN_FILL_MS: Final = config.FAST_LANE_MIN_FILL_MS
 # What each kind is charged, from the model reader's metadata (None: 1 per request).
 CHARGES: Final[dict[config.LimitKind, str | None]] = {
     "requests": None,
