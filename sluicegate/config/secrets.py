@@ -90,6 +90,7 @@ def read_client_keys(
     base_dir = Path(at.file).parent
     keys: dict[str, str] = {}
     problems: list[Problem] = []
+    owners: dict[str, str] = {}  # key -> the name of the first key that is it
     for ref in refs:
         source = ref.key.secret
         if source is None:
@@ -99,10 +100,14 @@ def read_client_keys(
         about = f"client key '{ref.key.name}' of tenant '{ref.tenant_name}'"
         if trouble is None and key is not None and not verify_key(key, ref.key.hash):
             trouble = f"{_label(source)} holds a key that does not match the key's hash"
+        if trouble is None and key is not None and key in owners:
+            # Envoy's key check maps a key to one client: the two would be one.
+            trouble = f"{_label(source)} holds the same key as client key '{owners[key]}'"
         if trouble is not None:
             problems.append(at.error(path, f"{trouble} ({about})"))
         elif key is not None:
             keys[ref.key.name] = key
+            owners[key] = ref.key.name
     return keys, problems
 
 

@@ -42,7 +42,6 @@ def assign_slots(tenants: Iterable[str], previous: LimitSlots | None = None) -> 
     while count < len(wanted):
         count *= 2
     kept = {t: s for t, s in (previous.of.items() if previous else ()) if t in wanted}
-    kept = {t: s for t, s in kept.items() if s < count}
     free = iter(sorted(set(range(count)) - set(kept.values())))
     slots = dict(kept)
     for tenant in wanted:

@@ -207,3 +207,16 @@ def test_a_fast_lane_window_under_a_second_is_refused(tmp_path: Path) -> None:
     (problem,) = validate_file(path, env={"CI": CLIENT_KEY})
     assert problem.key_path == "tenants[0].rate_limits.per"
     assert "at least 1s, got 200ms" in problem.message
+
+
+def test_two_client_keys_may_not_be_the_same_key(tmp_path: Path) -> None:
+    """Salted hashes differ for one key, but Envoy's key check maps a key to one client."""
+    path = _with_tenant(tmp_path, ", secret: {env: CI}")
+    path.write_text(
+        path.read_text()
+        + f'      - {{name: ci2, hash: "{hash_key(CLIENT_KEY)}", secret: {{env: CI}}}}\n'
+    )
+    (problem,) = validate_file(path, env={"CI": CLIENT_KEY})
+    assert problem.key_path == "tenants[0].keys[1].secret.env"
+    assert "the same key as client key 'ci'" in problem.message
+    assert CLIENT_KEY not in str(problem)

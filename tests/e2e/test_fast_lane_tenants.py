@@ -207,6 +207,14 @@ def test_envoy_shows_no_client_key(stack: Stack) -> None:
     assert not any(key in dump for key in KEYS.values())
 
 
+def test_no_log_holds_a_client_key(stack: Stack) -> None:
+    """`up`'s output and every log in its work directory (Envoy's, the mocks')."""
+    work = stack.config_path.parent / "work"
+    logs = [stack.log(), *(path.read_text(errors="replace") for path in work.glob("*.log"))]
+    assert len(logs) > 1
+    assert not any(key in log for key in KEYS.values() for log in logs)
+
+
 def _ecds_dump(stack: Stack) -> str:
     with urllib.request.urlopen(stack.admin + "/config_dump", timeout=5) as response:
         return response.read().decode()

@@ -26,16 +26,11 @@ CLIENT_KEYS_FILTER: Final = "sluicegate.client_keys"
 CLIENT_KEYS_EXTENSION: Final = "envoy.filters.http.api_key_auth"
 
 
-def client_of(lane: str, tenant: str, key_name: str) -> str:
-    """The client name Envoy forwards (wire.client_name)."""
-    return wire.client_name(lane, tenant, key_name)
-
-
 def client_keys_config(gateway: Gateway) -> api_key_auth_pb2.ApiKeyAuth:
     """Every key with a secret, by client name; the headers the routing stage reads a key
     from (wire.CLIENT_KEY_HEADERS), in its order."""
     credentials = sorted(
-        (client_of(tenant.lane, tenant.name, key.name), gateway.client_keys[key.name])
+        (wire.client_name(tenant.lane, tenant.name, key.name), gateway.client_keys[key.name])
         for tenant in gateway.tenants
         for key in tenant.keys
         if key.name in gateway.client_keys

@@ -61,7 +61,6 @@ MODEL_READER_FILTER: Final = "sluicegate.model_reader"
 META_BODY_PROBLEM: Final = "body_problem"
 
 
-
 @dataclass(frozen=True, slots=True)
 class TenantFacts:
     """What the reader knows of one tenant: its priority class and the models it may use

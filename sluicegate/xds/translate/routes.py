@@ -149,7 +149,9 @@ def _routes(gateway: Gateway, memo: RouteMemo | None = None) -> list[rc.Route]:
     by_envoy = gateway.admission.routed_by_envoy
     lanes = (gateway.admission.routing_stage, by_envoy)
     for route, route_models in match_order(gateway.routes):
-        build = partial(_model_routes, route, route_models, lanes)
+        build = partial(
+            _model_routes, route, route_models, by_headers=lanes[0], by_metadata=lanes[1]
+        )
         routes.extend(
             build()
             if memo is None
@@ -209,18 +211,17 @@ def _json_route(path: str, body: bytes, *, keyed: bool) -> rc.Route:
 
 
 def _model_routes(
-    route: Route, models: tuple[str, ...], lanes: tuple[bool, bool]
+    route: Route, models: tuple[str, ...], *, by_headers: bool, by_metadata: bool
 ) -> list[rc.Route]:
     """Per model its stream twin and plain route, matched on the routing stage's headers
-    (`lanes[0]`: the exact lane's requests), and on the metadata Envoy read from the body
-    (`lanes[1]`: the fast lane's; envoy_routing.py)."""
-    by_headers, by_envoy = lanes
+    (`by_headers`: the exact lane's requests), and on the metadata Envoy read from the
+    body (`by_metadata`: the fast lane's; envoy_routing.py)."""
     routes: list[rc.Route] = []
     for model in models:
         twin, plain = with_stream_twin(_model_route(route, model), route)
         if by_headers:
             routes.extend((twin, plain))
-        if by_envoy:
+        if by_metadata:
             routes.extend(model_routes(plain, twin, model))
     return routes
 
