@@ -282,8 +282,8 @@ FAST_LANE_REFUSALS: Final[tuple[EnvoyRefusal, ...]] = (
         429,
         "rate_limit_error",
         "rate_limit_exceeded",
-        f"Rate limit reached for tenant %DYNAMIC_METADATA({METADATA_NAMESPACE}:{META_TENANT})% "
-        "or its key "
+        f"Rate limit reached for tenant %DYNAMIC_METADATA({METADATA_NAMESPACE}:{META_TENANT})%, "
+        "its key or this model "
         "(requests or tokens per window). Please retry after the Retry-After header's "
         "seconds.",
     ),

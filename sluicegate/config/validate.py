@@ -523,8 +523,10 @@ def uses_fast_lane(doc: Document) -> bool:
 def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
     """The fast lane is decided by Envoy alone (docs/fast-lane.md): it checks client keys
     itself, every key of every tenant (so each needs its `secret`), and it limits
-    fast-lane tenants and keys with token buckets, but not yet per-model (route or
-    provider) limits nor concurrency gates, which its requests would pass unchecked."""
+    fast-lane tenants and keys, and routes' models, with token buckets (whole-second
+    refills, uint32 sizes). Not yet providers' limits nor concurrency gates, which its
+    requests would pass unchecked, nor routes' limits beside exact-lane tenants (each lane
+    would count a model apart)."""
     if doc.admission is None or not uses_fast_lane(doc):
         return
     where: KeyPath = (
@@ -533,10 +535,12 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
         else next(("tenants", t, "lane") for t, tenant in doc.tenants if tenant.lane == LANE_FAST)
     )
     found = []
-    if any(route.rate_limits for _, route in doc.routes) or any(
-        provider.rate_limits for _, provider in doc.providers
-    ):
-        found.append("per-model rate limits (routes or providers)")
+    if any(provider.rate_limits for _, provider in doc.providers):
+        found.append("providers' rate limits")
+    exact = any(doc.admission.lane_of(tenant) != LANE_FAST for _, tenant in doc.tenants)
+    if exact and any(route.rate_limits for _, route in doc.routes):
+        # Each lane would count the model apart: up to twice its limit.
+        found.append("routes' per-model rate limits beside exact-lane tenants")
     if any(route.concurrency for _, route in doc.routes) or any(
         provider.concurrency for _, provider in doc.providers
     ):
@@ -547,31 +551,32 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
             f"lane fast cannot yet enforce {' or '.join(found)}, which this config has: "
             "use lane: exact (docs/fast-lane.md)",
         )
+    scopes: list[tuple[KeyPath, RateLimits | None]] = [
+        (("routes", r, "rate_limits"), route.rate_limits) for r, route in doc.routes
+    ]
     for t, tenant in doc.tenants:
         if doc.admission.lane_of(tenant) != LANE_FAST:
             continue
-        scopes: list[tuple[KeyPath, RateLimits | None]] = [
-            (("tenants", t, "rate_limits"), tenant.rate_limits)
-        ]
+        scopes += [(("tenants", t, "rate_limits"), tenant.rate_limits)]
         scopes += [
             (("tenants", t, "keys", k, "rate_limits"), key.rate_limits)
             for k, key in enumerate(tenant.keys)
         ]
-        for path, limits in scopes:
-            if limits is not None and limits.per < FAST_LANE_MIN_FILL_MS:
+    for path, limits in scopes:
+        if limits is not None and limits.per < FAST_LANE_MIN_FILL_MS:
+            yield at.error(
+                (*path, "per"),
+                "lane fast refills Envoy's token buckets at most once a second (Envoy "
+                f"refuses a bucket refilled more often than every 50 ms): `per` must be "
+                f"at least 1s, got {format_duration_ms(limits.per)}",
+            )
+        for limit in limits.limits() if limits is not None else ():
+            if limit.limit > FAST_LANE_MAX_LIMIT:
                 yield at.error(
-                    (*path, "per"),
-                    "lane fast refills Envoy's token buckets at most once a second (Envoy "
-                    f"refuses a bucket refilled more often than every 50 ms): `per` must be "
-                    f"at least 1s, got {format_duration_ms(limits.per)}",
+                    (*path, limit.kind),
+                    f"lane fast keeps limits in Envoy's token buckets, which hold at most "
+                    f"{FAST_LANE_MAX_LIMIT:,}; got {limit.limit:,}",
                 )
-            for limit in limits.limits() if limits is not None else ():
-                if limit.limit > FAST_LANE_MAX_LIMIT:
-                    yield at.error(
-                        (*path, limit.kind),
-                        f"lane fast keeps limits in Envoy's token buckets, which hold at most "
-                        f"{FAST_LANE_MAX_LIMIT:,}; got {limit.limit:,}",
-                    )
     for ref in doc.client_keys:
         if ref.key.secret is None:
             yield at.error(

@@ -110,9 +110,8 @@ def resolve_admission(cfg: config.Config) -> Admission:
     return Admission(
         enabled=routing_stage and (bool(exact) or gated or bool(declared)),
         keys_required=bool(exact),
-        counts_tokens=any(
-            limit.kind != "requests" for block in declared for limit in block.limits()
-        ),
+        counts_tokens=routing_stage
+        and any(limit.kind != "requests" for block in declared for limit in block.limits()),
         longest_queue_wait_ms=max(waits, default=0),
         priority_classes=tuple(section.priority_classes),
         default_priority=section.default_priority,

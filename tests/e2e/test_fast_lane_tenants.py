@@ -38,6 +38,8 @@ KEYS = {
     "late": "sk-sg-e2e-late-000000000000000000000",
 }
 TIGHT_REQUESTS = 3
+# A model with a per-model limit of its route's (no other test here asks for it).
+MINI, MINI_REQUESTS = "gpt-4o-mini", 2
 TOKENS_LIMIT = 100
 
 
@@ -58,6 +60,8 @@ def fast_lane_tenants(tmp: Path) -> dict[str, Any]:
     doc = quickstart_on_free_ports(tmp)
     for route in doc["routes"]:
         route.pop("concurrency", None)
+        if MINI in route["models"]:
+            route["rate_limits"] = {"requests": MINI_REQUESTS, "per": "1h"}
     for provider in doc["providers"]:
         if provider["name"] == "alpha":
             provider.pop("api_key")
@@ -213,6 +217,17 @@ def test_no_log_holds_a_client_key(stack: Stack) -> None:
     logs = [stack.log(), *(path.read_text(errors="replace") for path in work.glob("*.log"))]
     assert len(logs) > 1
     assert not any(key in log for key in KEYS.values() for log in logs)
+
+
+def test_a_routes_per_model_limit_counts_every_tenant(stack: Stack) -> None:
+    """The route's limit on a model is Envoy's buckets too; a request the reader refused
+    (a model the tenant may not use) is not counted. (Before the reloads below.)"""
+    asked = [("open", 200), ("intern", 403), ("open", 200), ("open", 429)]
+    for tenant, status in asked:
+        answer = _post(stack, _chat(MINI), **_bearer(tenant))
+        assert answer.status == status, (tenant, answer.text)
+    assert answer.error["code"] == "rate_limit_exceeded"
+    assert _post(stack, _chat(), **_bearer("open")).status == 200  # another model
 
 
 def _ecds_dump(stack: Stack) -> str:

@@ -46,7 +46,13 @@ from .model_reader import (
     TenantFacts,
     model_reader_config,
 )
-from .tenant_limits import LIMITS_FILTER_PREFIX, charges_estimates, slot_configs
+from .tenant_limits import (
+    LIMITS_FILTER_PREFIX,
+    MODEL_LIMITS_FILTER,
+    charges_estimates,
+    model_limits_config,
+    slot_configs,
+)
 
 
 def key_check_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
@@ -92,10 +98,11 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
         gateway.admission.default_max_tokens,
         {t.name: TenantFacts(t.priority, t.models) for t in gateway.tenants},
         max_output_tokens=gateway.admission.max_output_tokens,
-        estimates=charges_estimates(fast),
+        estimates=charges_estimates(fast, gateway.routes),
     )
     configs.append((MODEL_READER_FILTER, reader))
     configs += slot_configs(gateway)
+    configs.append((MODEL_LIMITS_FILTER, model_limits_config(gateway)))
     return _extensions(configs)
 
 
@@ -106,8 +113,10 @@ def _extensions(configs: list[tuple[str, Message]]) -> list[extension_pb2.TypedE
     ]
 
 
-def _order(name: str) -> int:
-    """The model reader first, then the limiter slots by number."""
+def _order(name: str) -> float:
+    """The model reader first, then the limiter slots by number, then the models'."""
+    if name == MODEL_LIMITS_FILTER:
+        return float("inf")
     if not name.startswith(LIMITS_FILTER_PREFIX):
         return -1
     return int(name.removeprefix(LIMITS_FILTER_PREFIX))

@@ -31,9 +31,12 @@ from envoy.type.v3 import percent_pb2, token_bucket_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from sluicegate import config, wire
-from sluicegate.model import Gateway, Tenant
+from sluicegate.model import Gateway, Route, Tenant
 
 LIMITS_FILTER_PREFIX: Final = "sluicegate.limits."
+# The routes' per-model limits, in one filter of their own (a change to them refills
+# only their buckets); always in a fast-lane listener, so adding them changes no listener.
+MODEL_LIMITS_FILTER: Final = "sluicegate.model_limits"
 LIMITS_EXTENSION: Final = "envoy.filters.http.local_ratelimit"
 MIN_FILL_MS: Final = config.FAST_LANE_MIN_FILL_MS
 # What each kind is charged, from the model reader's metadata (None: 1 per request).
@@ -43,7 +46,7 @@ CHARGES: Final[dict[config.LimitKind, str | None]] = {
     "input_tokens": wire.META_ESTIMATE_INPUT,
     "output_tokens": wire.META_ESTIMATE_OUTPUT,
 }
-_LIMIT, _TENANT, _KEY = "limit", "tenant", "key"
+_LIMIT, _TENANT, _KEY, _ROUTE, _MODEL = "limit", "tenant", "key", "route", "model"
 
 
 def limits_filter_name(slot: int) -> str:
@@ -66,10 +69,86 @@ def slot_configs(gateway: Gateway) -> list[tuple[str, local_rate_limit_pb2.Local
     return configs
 
 
-def charges_estimates(tenants: Iterable[Tenant]) -> bool:
-    """Whether any of their buckets counts tokens: the model reader then writes each
-    request's estimate."""
-    return any(limit.kind != "requests" for t in tenants for _, limit in _scoped_limits(t))
+def charges_estimates(tenants: Iterable[Tenant], routes: Iterable[Route] = ()) -> bool:
+    """Whether any of their buckets (the tenants', the routes' per-model ones) counts
+    tokens: the model reader then writes each request's estimate."""
+    limits = [limit for t in tenants for _, limit in _scoped_limits(t)]
+    limits += [limit for route in routes for limit in _route_limits(route)]
+    return any(limit.kind != "requests" for limit in limits)
+
+
+def model_limits_config(gateway: Gateway) -> local_rate_limit_pb2.LocalRateLimit:
+    """Each route's per-model limits (`routes[].rate_limits`: every model of the route
+    counted apart, as the routing stage counts them), a descriptor (limit kind, route,
+    model) each: the route from the model route's own metadata (routes.py), the model
+    from the model reader's. Enabled for no request when no route has limits."""
+    limited = [route for route in gateway.routes if _route_limits(route)]
+    if not limited:
+        return local_rate_limit_pb2.LocalRateLimit(stat_prefix="sluicegate_model_limits")
+    kinds = sorted({limit.kind for route in limited for limit in _route_limits(route)})
+    always = config_percent()
+    slowest = max(
+        int(token_bucket(limit.limit, limit.window_ms).fill_interval.ToMilliseconds())
+        for route in limited
+        for limit in _route_limits(route)
+    )
+    return local_rate_limit_pb2.LocalRateLimit(
+        stat_prefix="sluicegate_model_limits",
+        filter_enabled=always,
+        filter_enforced=always,
+        rate_limits=[_model_descriptor_source(kind) for kind in kinds],
+        descriptors=[
+            ratelimit_pb2.LocalRateLimitDescriptor(
+                entries=[
+                    ratelimit_pb2.RateLimitDescriptor.Entry(key=_LIMIT, value=limit.kind),
+                    ratelimit_pb2.RateLimitDescriptor.Entry(key=_ROUTE, value=route.name),
+                    ratelimit_pb2.RateLimitDescriptor.Entry(key=_MODEL, value=model),
+                ],
+                token_bucket=token_bucket(limit.limit, limit.window_ms),
+            )
+            for route in limited
+            for model in route.models
+            for limit in _route_limits(route)
+        ],
+        enable_x_ratelimit_headers=ratelimit_pb2.DRAFT_VERSION_03,
+        response_headers_to_add=[
+            _header("retry-after", str(max(1, math.ceil(slowest / 1000)))),
+            _header(wire.REFUSAL_HEADER, "rate_limit_exceeded"),
+        ],
+    )
+
+
+def _route_limits(route: Route) -> list[config.Limit]:
+    return [] if route.rate_limits is None else route.rate_limits.limits()
+
+
+def _model_descriptor_source(kind: config.LimitKind) -> rc.RateLimit:
+    route_name = rc.RateLimit.Action(
+        metadata=rc.RateLimit.Action.MetaData(
+            descriptor_key=_ROUTE,
+            metadata_key=metadata_pb2.MetadataKey(
+                key=wire.METADATA_NAMESPACE,
+                path=[metadata_pb2.MetadataKey.PathSegment(key=wire.META_ROUTE)],
+            ),
+            source=rc.RateLimit.Action.MetaData.ROUTE_ENTRY,
+            skip_if_absent=True,  # a route that is no model's (an answered refusal)
+        )
+    )
+    source = rc.RateLimit(
+        actions=[
+            rc.RateLimit.Action(
+                generic_key=rc.RateLimit.Action.GenericKey(
+                    descriptor_key=_LIMIT, descriptor_value=kind
+                )
+            ),
+            route_name,
+            _from_metadata(_MODEL, wire.META_MODEL),
+        ]
+    )
+    charge = CHARGES[kind]
+    if charge is not None:
+        source.hits_addend.format = f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE}:{charge})%"
+    return source
 
 
 def token_bucket(limit: int, window_ms: int) -> token_bucket_pb2.TokenBucket:
