@@ -194,6 +194,10 @@ USAGE_READERS: Final = (
 # probabilities, and the largest allowance of a JSON answer Envoy reads (about 16 KB of
 # text at worst, under a millisecond of Envoy's worker).
 GENERATION_ENDPOINTS: Final = ("/chat/completions", "/completions", "/responses")
+# Endpoints that take `stream_options.include_usage` (the Responses API always reports
+# it), and the member the gateway splices in to ask a stream's usage for the client.
+STREAM_USAGE_ENDPOINTS: Final = ("/chat/completions", "/completions")
+INCLUDE_USAGE_MEMBER: Final = '"stream_options":{"include_usage":true},'
 MAX_TOKENS_MEMBERS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 LOGPROBS_MEMBERS: Final = ("logprobs", "top_logprobs")
 # Members sent to the model as input, which token estimates count (filters/estimate.py).

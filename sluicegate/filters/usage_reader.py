@@ -34,9 +34,9 @@ from .responses import common, metadata_field, request_body_answer, set_header
 # Text generation endpoints: their JSON answers are read by Envoy when small.
 _LOGGED_ENDPOINTS: Final = wire.GENERATION_ENDPOINTS
 # Endpoints that take `stream_options.include_usage` (the Responses API always reports it).
-_INJECT_ENDPOINTS: Final = ("/chat/completions", "/completions")
+_INJECT_ENDPOINTS: Final = wire.STREAM_USAGE_ENDPOINTS
 LOG_MAX_OUTPUT_TOKENS: Final = wire.LOG_MAX_OUTPUT_TOKENS
-_INCLUDE_USAGE: Final = b'"stream_options":{"include_usage":true},'
+_INCLUDE_USAGE: Final = wire.INCLUDE_USAGE_MEMBER.encode()
 
 # The reader as an answer to merge into the routed one.
 READER_ANSWERS: Final = {

@@ -206,6 +206,10 @@ def _counts(stack: Stack) -> tuple[float, float]:
     [
         ({}, True),  # a JSON answer: json_to_metadata reads its usage
         ({"stream": True, "stream_options": {"include_usage": True}}, True),  # sse_to_metadata
+        # The client did not ask: asked for it, read, and cut from its stream (below).
+        ({"stream": True}, True),
+        # `stream_options` without include_usage is left as written: no usage to read.
+        ({"stream": True, "stream_options": {}}, False),
         ({"logprobs": True}, False),  # too long to parse in Envoy: read by nobody
         ({"max_tokens": 5000}, False),
         ({"max_tokens": 2000, "n": 3}, False),
@@ -228,3 +232,16 @@ def test_the_usage_reader_is_the_routing_stages(
         after = _counts(stack)
     assert after[0] == before[0] + 1
     assert (after[1] > before[1]) is read, (before, after)
+
+
+def test_a_stream_whose_client_did_not_ask_for_usage_gets_none(stack: Stack) -> None:
+    """The usage event Envoy asked for the client is cut from what it receives (the
+    stream usage filter, as in the exact lane); one it asked for itself stays."""
+    plain = json.dumps({"model": MODEL, "messages": HELLO, "stream": True}).encode()
+    status, _, text = _post(stack, plain)
+    assert status == 200 and text.rstrip().endswith("data: [DONE]")
+    assert '"usage":{' not in text.replace(" ", "")
+    asked = {"model": MODEL, "messages": HELLO, "stream": True,
+             "stream_options": {"include_usage": True}}  # fmt: skip
+    status, _, text = _post(stack, json.dumps(asked).encode())
+    assert status == 200 and '"usage":{' in text.replace(" ", "")

@@ -99,6 +99,11 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
         {t.name: TenantFacts(t.priority, t.models) for t in gateway.tenants},
         max_output_tokens=gateway.admission.max_output_tokens,
         estimates=charges_estimates(fast, gateway.routes),
+        asks_usage=frozenset(
+            model
+            for model, routes in gateway.served.items()
+            if all(route.asks_stream_usage for route in routes)
+        ),
     )
     configs.append((MODEL_READER_FILTER, reader))
     configs += slot_configs(gateway)

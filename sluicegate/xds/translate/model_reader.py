@@ -101,12 +101,15 @@ def model_reader_lua(
     *,
     max_output_tokens: int,
     estimates: bool = False,
+    asks_usage: frozenset[str] = frozenset(),
 ) -> str:
     """The filter's source; `default_max_tokens` is the allowance of a request that names
     no output cap (admission.default_max_tokens), `max_output_tokens` the largest cap it
     may name (admission's); `tenants` those Envoy's key check may
     name; with `estimates`, each request's token estimate is written (a tenant or key
-    limits tokens)."""
+    limits tokens); for a stream of a model in `asks_usage` (every route serving it asks
+    its providers for a stream's usage: model.Route.asks_stream_usage) whose client did
+    not ask, the usage event is asked for the client, as the routing stage asks it."""
     return rf"""
 local NAMESPACE = "{wire.METADATA_NAMESPACE}"
 local ENDPOINTS = {_lua_list(wire.GENERATION_ENDPOINTS)}
@@ -119,6 +122,9 @@ local ESTIMATES = {"true" if estimates else "false"}
 local WANTED = {{}}
 for _, name in ipairs({_lua_list(wire.BODY_READ_MEMBERS)}) do WANTED[name] = true end
 local MAX_OUTPUT, MAX_N = {max_output_tokens}, {wire.MAX_N}
+local ASKS_USAGE = {{}}
+for _, name in ipairs({_lua_list(tuple(sorted(asks_usage)))}) do ASKS_USAGE[name] = true end
+local USAGE_ENDPOINTS = {_lua_list(wire.STREAM_USAGE_ENDPOINTS)}
 local find, sub, byte = string.find, string.sub, string.byte
 
 -- The index of the quote that closes the string opened at `i`, or nil.
@@ -276,15 +282,19 @@ local function input_estimate(text, spans)
   return math.ceil(ascii / 4) + other
 end
 
+-- Whether the path (without its query and trailing slashes) ends with one of `suffixes`.
+local function endpoint_in(path, suffixes)
+  local endpoint = string.gsub(string.gsub(path or "", "%?.*$", ""), "/+$", "")
+  for _, suffix in ipairs(suffixes) do
+    if sub(endpoint, -#suffix) == suffix then return true end
+  end
+  return false
+end
+
 -- Who reads the answer's usage (filters/usage_reader.py, without reservations).
 local function reader(path, found, stream, allowed)
   if stream then return "{wire.USAGE_BY_STREAM}" end
-  local endpoint = string.gsub(string.gsub(path or "", "%?.*$", ""), "/+$", "")
-  local generation = false
-  for _, suffix in ipairs(ENDPOINTS) do
-    if sub(endpoint, -#suffix) == suffix then generation = true end
-  end
-  if not generation then return "{wire.USAGE_UNREAD}" end
+  if not endpoint_in(path, ENDPOINTS) then return "{wire.USAGE_UNREAD}" end
   for _, name in ipairs(LOGPROBS) do
     local raw = found[name]
     if raw ~= nil and raw ~= "false" and raw ~= "null" and raw ~= '""' and tonumber(raw) ~= 0
@@ -364,7 +374,23 @@ function envoy_on_request(handle)
   end
   -- Fetched again: a wrapper taken before body() is void once the body was awaited.
   local headers = handle:headers()
-  headers:replace("{wire.USAGE_HEADER}", reader(headers:get(":path"), found, stream, allowed))
+  local path = headers:get(":path")
+  -- A stream whose client did not ask for its usage (no `stream_options` at all): asked
+  -- for it, spliced after the opening brace, and the event cut from the client's stream
+  -- by the stream usage filter (filters/usage_reader.py's with_usage_asked).
+  if stream and found.stream_options == nil and ASKS_USAGE[model]
+      and endpoint_in(path, USAGE_ENDPOINTS) then
+    local at = find(text, "{{", 1, true)
+    text = sub(text, 1, at) .. '{wire.INCLUDE_USAGE_MEMBER}' .. sub(text, at + 1)
+    body:setBytes(text)
+    if headers:get("content-length") ~= nil then
+      headers:replace("content-length", string.format("%d", #text))
+    end
+    meta:set(NAMESPACE, "{wire.META_USAGE_INJECTED}", "true")
+    headers:replace("{wire.USAGE_HEADER}", "{wire.USAGE_BY_STREAM_CHUNKS}")
+  else
+    headers:replace("{wire.USAGE_HEADER}", reader(path, found, stream, allowed))
+  end
   handle:clearRouteCache()
 end
 """
@@ -376,8 +402,13 @@ def model_reader_config(
     *,
     max_output_tokens: int,
     estimates: bool = False,
+    asks_usage: frozenset[str] = frozenset(),
 ) -> lua_pb2.Lua:
     source = model_reader_lua(
-        default_max_tokens, tenants, max_output_tokens=max_output_tokens, estimates=estimates
+        default_max_tokens,
+        tenants,
+        max_output_tokens=max_output_tokens,
+        estimates=estimates,
+        asks_usage=asks_usage,
     )
     return lua_pb2.Lua(default_source_code=base_pb2.DataSource(inline_string=source))
