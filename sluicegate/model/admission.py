@@ -92,8 +92,8 @@ def resolve_tenants(cfg: config.Config) -> tuple[Tenant, ...]:
 
 def resolve_admission(cfg: config.Config) -> Admission:
     """Admission is on once an exact-lane tenant, a rate limit or a concurrency gate is
-    declared (validation refuses gates and per-model limits beside a fast lane:
-    config rule check_lane)."""
+    declared (validation refuses gates, providers' limits, and routes' limits beside
+    exact-lane tenants, in a gateway with a fast lane: config rule check_lane)."""
     section = cfg.admission
     gated = any(route.concurrency is not None for route in cfg.routes) or any(
         provider.concurrency is not None for provider in cfg.providers

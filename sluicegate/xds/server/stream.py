@@ -46,9 +46,10 @@ MAX_PENDING = 64
 MAX_NACKED = 32
 # Secrets a NACK's message may quote: Envoy's proto errors print the rejected message as
 # text (which ignores the `sensitive` annotation), e.g. a client key's `key: "sk-…"` or a
-# provider key's `inline_string: "…"`; JSON-like quotes too.
+# provider key's `inline_string: "…"`; JSON-like quotes too. Envoy cuts a NACK's message
+# at 4 KB, maybe inside a value: its closing quote is then optional.
 _SECRET_FIELDS = re.compile(
-    r'(?P<name>\b(?:key|inline_string|inline_bytes|secret)"?\s*[:=]\s*)"(?:[^"\\]|\\.)*"'
+    r'(?P<name>\b(?:key|inline_string|inline_bytes|secret)"?\s*[:=]\s*)"(?:[^"\\]|\\.)*"?'
 )
 
 

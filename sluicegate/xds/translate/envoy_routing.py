@@ -12,8 +12,8 @@ reader in wire.USAGE_HEADER and clears the route cache; the request re-matches h
   route serves, 404; OpenAI error JSON from Envoy itself (local_replies.body_refusals,
   MODEL_NOT_ALLOWED, MODEL_NOT_SERVED).
 
-Between the reader and the router, the limiter slots with the tenants' token buckets
-(tenant_limits.py).
+Between the reader and the router, the limiter slots with the tenants' token buckets,
+then the routes' per-model buckets (tenant_limits.py).
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ then clears the route cache, so the request re-matches on the metadata (routes.p
 With tenants (docs/fast-lane.md, "Keys" and "Limits") it also reads the client Envoy's
 key check named in wire.CLIENT_HEADER (removing the header), writes the request's
 tenant, key name and priority class, refuses a model the tenant may not use
-(`model_not_allowed`), and, when a tenant or key limits tokens, writes the request's
-estimate: input tokens over the prompt members as filters/estimate.py counts them,
-output tokens as the allowance, and their sum, which the tenants' token buckets charge
-(tenant_limits.py).
+(`model_not_allowed`), and, when a fast-lane tenant, key or route limits tokens, writes
+the request's estimate: input tokens over the prompt members as filters/estimate.py
+counts them, output tokens as the allowance, and their sum, which the token buckets
+charge (tenant_limits.py).
 
 It checks the top level's structure (brackets, strings, a top-level scalar's form), not
 every value: a value it does not read is the provider's to judge, as is the text's
@@ -276,7 +276,9 @@ local function input_estimate(text, spans)
       local _, high = string.gsub(part, "[\128-\255]", "")
       local _, leads = string.gsub(part, "[\192-\255]", "")
       ascii = ascii + length - high
-      other = other + leads
+      -- Bytes that start no character (not UTF-8, which a provider may still take)
+      -- count as four to a token.
+      other = other + math.max(leads, math.ceil(high / 4))
     end
   end
   return math.ceil(ascii / 4) + other
@@ -363,14 +365,16 @@ function envoy_on_request(handle)
   local meta = handle:streamInfo():dynamicMetadata()
   meta:set(NAMESPACE, "{wire.META_MODEL}", model)
   meta:set(NAMESPACE, "{wire.META_STREAM}", stream)
-  if tenant ~= nil then
-    meta:set(NAMESPACE, "{wire.META_CHARGED_TENANT}", tenant.name)
-  end
+
   if spans ~= nil then
     local input, output = input_estimate(text, spans), allowed
     meta:set(NAMESPACE, "{wire.META_ESTIMATE_INPUT}", string.format("%d", input))
     meta:set(NAMESPACE, "{wire.META_ESTIMATE_OUTPUT}", string.format("%d", output))
     meta:set(NAMESPACE, "{wire.META_ESTIMATE_TOKENS}", string.format("%d", input + output))
+  end
+  -- Last: the buckets charge a request only once all it is charged by is written.
+  if tenant ~= nil then
+    meta:set(NAMESPACE, "{wire.META_CHARGED_TENANT}", tenant.name)
   end
   -- Fetched again: a wrapper taken before body() is void once the body was awaited.
   local headers = handle:headers()
@@ -382,10 +386,7 @@ function envoy_on_request(handle)
       and endpoint_in(path, USAGE_ENDPOINTS) then
     local at = find(text, "{{", 1, true)
     text = sub(text, 1, at) .. '{wire.INCLUDE_USAGE_MEMBER}' .. sub(text, at + 1)
-    body:setBytes(text)
-    if headers:get("content-length") ~= nil then
-      headers:replace("content-length", string.format("%d", #text))
-    end
+    body:setBytes(text)  -- which sets content-length to the new length
     meta:set(NAMESPACE, "{wire.META_USAGE_INJECTED}", "true")
     headers:replace("{wire.USAGE_HEADER}", "{wire.USAGE_BY_STREAM_CHUNKS}")
   else

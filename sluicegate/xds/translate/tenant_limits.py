@@ -81,7 +81,8 @@ def model_limits_config(gateway: Gateway) -> local_rate_limit_pb2.LocalRateLimit
     """Each route's per-model limits (`routes[].rate_limits`: every model of the route
     counted apart, as the routing stage counts them), a descriptor (limit kind, route,
     model) each: the route from the model route's own metadata (routes.py), the model
-    from the model reader's. Enabled for no request when no route has limits."""
+    from the model reader's. Enabled for no request when no route has limits. A refusal's
+    Retry-After is the slowest refill among all routes' limits."""
     limited = [route for route in gateway.routes if _route_limits(route)]
     if not limited:
         return local_rate_limit_pb2.LocalRateLimit(stat_prefix="sluicegate_model_limits")
@@ -110,7 +111,7 @@ def model_limits_config(gateway: Gateway) -> local_rate_limit_pb2.LocalRateLimit
             for model in route.models
             for limit in _route_limits(route)
         ],
-        enable_x_ratelimit_headers=ratelimit_pb2.DRAFT_VERSION_03,
+        # No x-ratelimit-* of its own: an answer carries one set, the tenant's buckets'.
         response_headers_to_add=[
             _header("retry-after", str(max(1, math.ceil(slowest / 1000)))),
             _header(wire.REFUSAL_HEADER, "rate_limit_exceeded"),
