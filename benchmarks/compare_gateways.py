@@ -6,7 +6,8 @@ upstream, driven by `sluicegate bench`'s engine.
     python -m benchmarks.compare_gateways --from-json FILE [--write]
 
 The peers (benchmarks/peers): direct (the upstream itself: the limit, always run),
-envoy, sluicegate-routing, sluicegate-fast-routing, sluicegate-admission, litellm-1,
+envoy, sluicegate-routing, sluicegate-fast-routing, sluicegate-admission,
+sluicegate-fast-admission, litellm-1,
 litellm-N (N = cores),
 portkey, installed on first use under .bench-peers/. The upstream is the fixed-answer
 server of sluicegate.bench in a process of its own. Measured per peer and round

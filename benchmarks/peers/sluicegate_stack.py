@@ -1,7 +1,7 @@
-"""`sluicegate-routing`, `sluicegate-fast-routing` and `sluicegate-admission`: the real
+"""`sluicegate-routing`, `-fast-routing`, `-admission` and `-fast-admission`: the real
 stack (`sluicegate up`: control plane, one ext_proc server, Envoy with one worker unless
 told) serving the documents of `documents.py`. What each does per request: ROUTING,
-FAST_ROUTING and ADMISSION."""
+FAST_ROUTING, ADMISSION and FAST_ADMISSION."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Final, Literal
 from benchmarks.harness.stack import UpStack
 from sluicegate.testing import free_ports
 
-from .documents import admission_doc, fast_routing_doc, routing_doc
+from .documents import admission_doc, fast_admission_doc, fast_routing_doc, routing_doc
 from .peer import RunningPeer, Upstream
 from .plain_envoy import envoy_version
 from .processes import tree, wait_idle
@@ -44,8 +44,23 @@ ADMISSION: Final = (
 )
 
 
-Kind = Literal["routing", "fast-routing", "admission"]
-DOES: Final = {"routing": ROUTING, "fast-routing": FAST_ROUTING, "admission": ADMISSION}
+FAST_ADMISSION: Final = (
+    "as fast-routing, plus: Envoy checks the client key (random per run, `Authorization: "
+    "Bearer`; its api_key_auth filter, the key from a secret file) and removes it; the "
+    "model reader names the tenant and estimates the request's tokens (prompt estimate + "
+    "max_tokens, else 1,024), charged to the tenant's token buckets for requests and "
+    "tokens (10^9 requests and 4x10^9 tokens a minute: never refusing) in Envoy's "
+    "local_ratelimit; no priority gate (the fast lane has none yet); nothing reconciled"
+)
+
+
+Kind = Literal["routing", "fast-routing", "admission", "fast-admission"]
+DOES: Final = {
+    "routing": ROUTING,
+    "fast-routing": FAST_ROUTING,
+    "admission": ADMISSION,
+    "fast-admission": FAST_ADMISSION,
+}
 
 
 class SluicegateStack:
@@ -72,6 +87,13 @@ class SluicegateStack:
         if self.kind == "admission":
             key = "sk-bench-" + secrets.token_hex(24)  # only its hash is written down
             doc = admission_doc(upstream, port, key)
+            headers["authorization"] = f"Bearer {key}"
+        elif self.kind == "fast-admission":
+            key = "sk-bench-" + secrets.token_hex(24)
+            key_file = self.work / f"{self.name}-{port}.key"
+            key_file.parent.mkdir(parents=True, exist_ok=True)
+            key_file.write_text(key)
+            doc = fast_admission_doc(upstream, port, key, str(key_file.resolve()))
             headers["authorization"] = f"Bearer {key}"
         elif self.kind == "fast-routing":
             doc = fast_routing_doc(upstream, port)
