@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any as AnyValue
 
-from envoy.config.core.v3 import config_source_pb2, extension_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2
 from envoy.extensions.common.matching.v3 import extension_matcher_pb2
 from envoy.extensions.filters.common.matcher.action.v3 import skip_action_pb2
 from envoy.extensions.filters.http.composite.v3 import composite_pb2
+from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -23,6 +24,22 @@ from sluicegate import wire
 REQUEST_HEADER_INPUT = "envoy.matching.inputs.request_headers"
 SKIP_FILTER_ACTION = "envoy.filters.common.matcher.action.skip_filter"
 COMPOSITE_FILTER = "envoy.filters.http.composite"
+
+
+def lua(source: str) -> lua_pb2.Lua:
+    """A Lua filter's configuration running `source`."""
+    return lua_pb2.Lua(default_source_code=base_pb2.DataSource(inline_string=source))
+
+
+def set_headers(*headers: tuple[str, str]) -> list[base_pb2.HeaderValueOption]:
+    """Headers to set, each replacing any of the same name."""
+    return [
+        base_pb2.HeaderValueOption(
+            header=base_pb2.HeaderValue(key=key, value=value),
+            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+        )
+        for key, value in headers
+    ]
 
 
 def ads_source() -> config_source_pb2.ConfigSource:

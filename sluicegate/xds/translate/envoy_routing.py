@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.extensions.filters.http.api_key_auth.v3 import api_key_auth_pb2
+from envoy.extensions.filters.http.local_ratelimit.v3.local_rate_limit_pb2 import LocalRateLimit
+from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -36,20 +39,21 @@ from sluicegate.local_replies import (
     body_refusals,
 )
 from sluicegate.model import Gateway
+from sluicegate.xds.resource import TYPE_PREFIX
 
-from ._proto import ads_source, pack
+from ._proto import ads_source, lua, pack
 from .client_keys import CLIENT_KEYS_FILTER, client_keys_config
 from .errors_json import error_body, json_reply_headers
 from .model_reader import (
     META_BODY_PROBLEM,
     MODEL_READER_FILTER,
     TenantFacts,
-    model_reader_config,
+    model_reader_lua,
 )
 from .tenant_limits import (
-    LIMITS_FILTER_PREFIX,
     MODEL_LIMITS_FILTER,
     charges_estimates,
+    limits_filter_name,
     model_limits_config,
     slot_configs,
 )
@@ -59,72 +63,66 @@ def key_check_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
     """Envoy's key check, first of all (client_keys.py), when it checks the keys."""
     if not gateway.admission.keys_checked_by_envoy:
         return []
-    config = client_keys_config(gateway)
-    return [_discovered(extension_pb2.TypedExtensionConfig(
-        name=CLIENT_KEYS_FILTER, typed_config=pack(config)))]  # fmt: skip
+    return [_discovered(CLIENT_KEYS_FILTER, api_key_auth_pb2.ApiKeyAuth)]
 
 
 def routing_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
-    """For the fast lane's requests, in place of the routing stage: the model reader, and
-    the limiter slots in order (they read what the reader wrote). Like the key check,
-    each is discovered by its name over ADS (ECDS): a change to one is pushed alone, and
-    leaves the listener and the other filters, with their token buckets, as they are."""
+    """For the fast lane's requests, in place of the routing stage: the model reader, the
+    limiter slots in order, then the models' buckets (they read what the reader wrote).
+    Like the key check, each is discovered by its name over ADS (ECDS): a change to one
+    is pushed alone, and leaves the listener and the other filters, with their token
+    buckets, as they are. Only names and types here: fast_lane_extensions builds the
+    configurations."""
     if not gateway.admission.routed_by_envoy:
         return []
-    extensions = [e for e in fast_lane_extensions(gateway) if e.name != CLIENT_KEYS_FILTER]
-    return [_discovered(e) for e in sorted(extensions, key=lambda e: _order(e.name))]
+    slots = range(gateway.limit_slots.count)
+    return [
+        _discovered(MODEL_READER_FILTER, lua_pb2.Lua),
+        *(_discovered(limits_filter_name(slot), LocalRateLimit) for slot in slots),
+        _discovered(MODEL_LIMITS_FILTER, LocalRateLimit),
+    ]
 
 
-def _discovered(extension: extension_pb2.TypedExtensionConfig) -> hcm_pb2.HttpFilter:
+def _discovered(name: str, config_type: type[Message]) -> hcm_pb2.HttpFilter:
+    """The filter `name`, whose configuration (always of `config_type`: Envoy refuses
+    another type under the same name) comes over ADS."""
     return hcm_pb2.HttpFilter(
-        name=extension.name,
+        name=name,
         config_discovery=config_source_pb2.ExtensionConfigSource(
             config_source=ads_source(),
-            type_urls=[extension.typed_config.type_url],
+            type_urls=[TYPE_PREFIX + config_type.DESCRIPTOR.full_name],
         ),
     )
 
 
 def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionConfig]:
-    """The configurations routing_filters' filters discover (ECDS), sorted by name."""
+    """The configurations key_check_filters' and routing_filters' filters discover
+    (ECDS), sorted by name."""
     configs: list[tuple[str, Message]] = []
     if gateway.admission.keys_checked_by_envoy:
         configs.append((CLIENT_KEYS_FILTER, client_keys_config(gateway)))
-    if not gateway.admission.routed_by_envoy:
-        return _extensions(configs)
-    fast = [t for t in gateway.tenants if t.fast]
-    # Every tenant, whatever its lane: moving one between lanes changes only the key check.
-    reader = model_reader_config(
-        gateway.admission.default_max_tokens,
-        {t.name: TenantFacts(t.priority, t.models) for t in gateway.tenants},
-        max_output_tokens=gateway.admission.max_output_tokens,
-        estimates=charges_estimates(fast, gateway.routes),
-        asks_usage=frozenset(
-            model
-            for model, routes in gateway.served.items()
-            if all(route.asks_stream_usage for route in routes)
-        ),
-    )
-    configs.append((MODEL_READER_FILTER, reader))
-    configs += slot_configs(gateway)
-    configs.append((MODEL_LIMITS_FILTER, model_limits_config(gateway)))
-    return _extensions(configs)
-
-
-def _extensions(configs: list[tuple[str, Message]]) -> list[extension_pb2.TypedExtensionConfig]:
+    if gateway.admission.routed_by_envoy:
+        fast = [t for t in gateway.tenants if t.fast]
+        # Every tenant, whatever its lane: moving one between lanes changes only the key
+        # check.
+        reader = lua(model_reader_lua(
+            gateway.admission.default_max_tokens,
+            {t.name: TenantFacts(t.priority, t.models) for t in gateway.tenants},
+            max_output_tokens=gateway.admission.max_output_tokens,
+            estimates=charges_estimates(fast, gateway.routes),
+            asks_usage=frozenset(
+                model
+                for model, routes in gateway.served.items()
+                if all(route.asks_stream_usage for route in routes)
+            ),
+        ))  # fmt: skip
+        configs.append((MODEL_READER_FILTER, reader))
+        configs += slot_configs(gateway)
+        configs.append((MODEL_LIMITS_FILTER, model_limits_config(gateway)))
     return [
         extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(config))
         for name, config in sorted(configs, key=lambda item: item[0])
     ]
-
-
-def _order(name: str) -> float:
-    """The model reader first, then the limiter slots by number, then the models'."""
-    if name == MODEL_LIMITS_FILTER:
-        return float("inf")
-    if not name.startswith(LIMITS_FILTER_PREFIX):
-        return -1
-    return int(name.removeprefix(LIMITS_FILTER_PREFIX))
 
 
 def _metadata_match(key: str, value: value_pb2.ValueMatcher) -> metadata_pb2.MetadataMatcher:

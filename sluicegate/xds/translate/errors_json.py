@@ -18,6 +18,8 @@ from envoy.config.core.v3 import base_pb2
 from sluicegate.local_replies import LOCAL_REPLY_ERRORS as LOCAL_REPLY_ERRORS
 from sluicegate.local_replies import LocalReplyError as LocalReplyError
 
+from ._proto import set_headers
+
 # Bodies of the 404 direct responses; LOCAL_REPLY_ERRORS' 404 row adds method and path.
 # Outside every route prefix (OpenAI's own wording):
 UNKNOWN_PATH_MESSAGE = "Invalid URL"
@@ -39,9 +41,4 @@ def error_struct(message: str, type_: str, code: str | None) -> dict[str, Any]:
 def json_reply_headers() -> list[base_pb2.HeaderValueOption]:
     """The content type a JSON reply Envoy makes itself carries: the listener's
     local_reply_config passes such a reply through unchanged by it (listeners.py)."""
-    return [
-        base_pb2.HeaderValueOption(
-            header=base_pb2.HeaderValue(key="content-type", value="application/json"),
-            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-        )
-    ]
+    return set_headers(("content-type", "application/json"))

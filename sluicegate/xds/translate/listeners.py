@@ -65,6 +65,7 @@ from ._proto import (
     filter_with_matcher,
     pack,
     request_header_tree,
+    set_headers,
     skip_filter,
     struct,
 )
@@ -328,7 +329,7 @@ def _fast_lane_mapper(refusal: EnvoyRefusal) -> hcm_pb2.ResponseMapper:
     return hcm_pb2.ResponseMapper(
         filter=_cel_filter(f"response.code_details == '{refusal.details}'"),
         body_format_override=_error_format(refusal.message, refusal.type, refusal.code),
-        headers_to_add=_reply_headers(*refusal.headers),
+        headers_to_add=set_headers(*refusal.headers),
     )
 
 
@@ -357,19 +358,8 @@ def _overload_mapper() -> hcm_pb2.ResponseMapper:
         body_format_override=_error_format(
             "The gateway is overloaded; retry later", "server_error", OVERLOAD_CODE
         ),
-        headers_to_add=_reply_headers(("retry-after", "1"), (wire.REFUSAL_HEADER, OVERLOAD_CODE)),
+        headers_to_add=set_headers(("retry-after", "1"), (wire.REFUSAL_HEADER, OVERLOAD_CODE)),
     )
-
-
-def _reply_headers(*headers: tuple[str, str]) -> list[base_pb2.HeaderValueOption]:
-    """Headers a local reply sets, replacing any of the same name."""
-    return [
-        base_pb2.HeaderValueOption(
-            header=base_pb2.HeaderValue(key=key, value=value),
-            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-        )
-        for key, value in headers
-    ]
 
 
 def _json_passthrough_mapper() -> hcm_pb2.ResponseMapper:
@@ -416,7 +406,7 @@ def _upstream_error_mapper(error: UpstreamError) -> hcm_pb2.ResponseMapper:
         headers.append(("retry-after", str(error.retry_after_s)))
     if error.refusal:
         headers.append((wire.REFUSAL_HEADER, error.code))
-    mapper.headers_to_add.extend(_reply_headers(*headers))
+    mapper.headers_to_add.extend(set_headers(*headers))
     return mapper
 
 

@@ -45,9 +45,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from envoy.config.core.v3 import base_pb2
-from envoy.extensions.filters.http.lua.v3 import lua_pb2
-
 from sluicegate import wire
 from sluicegate.config import LANE_EXACT, LANE_FAST
 from sluicegate.local_replies import (
@@ -395,21 +392,3 @@ function envoy_on_request(handle)
   handle:clearRouteCache()
 end
 """
-
-
-def model_reader_config(
-    default_max_tokens: int,
-    tenants: Mapping[str, TenantFacts] | None = None,
-    *,
-    max_output_tokens: int,
-    estimates: bool = False,
-    asks_usage: frozenset[str] = frozenset(),
-) -> lua_pb2.Lua:
-    source = model_reader_lua(
-        default_max_tokens,
-        tenants,
-        max_output_tokens=max_output_tokens,
-        estimates=estimates,
-        asks_usage=asks_usage,
-    )
-    return lua_pb2.Lua(default_source_code=base_pb2.DataSource(inline_string=source))

@@ -146,16 +146,15 @@ def _routes(gateway: Gateway, memo: RouteMemo | None = None) -> list[rc.Route]:
             path = f"{prefix}models/{model}"
             build = partial(_model_listing, path, model, keyed=keyed)
             routes.append(build() if memo is None else memo.reuse(("listing", path, keyed), build))
-    by_envoy = gateway.admission.routed_by_envoy
-    lanes = (gateway.admission.routing_stage, by_envoy)
+    by_headers, by_envoy = gateway.admission.routing_stage, gateway.admission.routed_by_envoy
     for route, route_models in match_order(gateway.routes):
         build = partial(
-            _model_routes, route, route_models, by_headers=lanes[0], by_metadata=lanes[1]
+            _model_routes, route, route_models, by_headers=by_headers, by_metadata=by_envoy
         )
         routes.extend(
             build()
             if memo is None
-            else memo.get(("model_routes", lanes), route, gateway.limits, build)
+            else memo.get(("model_routes", by_headers, by_envoy), route, gateway.limits, build)
         )
     # Longest prefix first, so the most specific fallback is the one first matched.
     for prefix in sorted(gateway.path_prefixes, key=lambda p: (-len(p), p)):

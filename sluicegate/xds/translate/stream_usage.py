@@ -35,14 +35,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from envoy.config.core.v3 import base_pb2
-from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from google.protobuf import any_pb2
 from xds.type.v3 import typed_struct_pb2
 
 from sluicegate import wire
 
-from ._proto import pack, struct
+from ._proto import lua, pack, struct
 
 SSE_TO_METADATA_FILTER: Final = "envoy.filters.http.sse_to_metadata"
 SSE_TO_METADATA_TYPE_URL: Final = (
@@ -228,5 +226,5 @@ def sse_to_metadata_config() -> any_pb2.Any:
 def stream_usage_lua_config() -> any_pb2.Any:
     """The Lua filter that counts content events and cuts an injected usage event."""
     return pack(
-        lua_pb2.Lua(default_source_code=base_pb2.DataSource(inline_string=STREAM_USAGE_LUA))
+        lua(STREAM_USAGE_LUA)
     )

@@ -19,7 +19,7 @@ refuse with 429 and `local_rate_limited` details (local_replies.FAST_LANE_REFUSA
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Final
 
 from envoy.config.core.v3 import base_pb2
@@ -32,6 +32,8 @@ from google.protobuf import duration_pb2, wrappers_pb2
 
 from sluicegate import config, wire
 from sluicegate.model import Gateway, Route, Tenant
+
+from ._proto import set_headers
 
 LIMITS_FILTER_PREFIX: Final = "sluicegate.limits."
 # The routes' per-model limits, in one filter of their own (a change to them refills
@@ -79,77 +81,30 @@ def charges_estimates(tenants: Iterable[Tenant], routes: Iterable[Route] = ()) -
 
 def model_limits_config(gateway: Gateway) -> local_rate_limit_pb2.LocalRateLimit:
     """Each route's per-model limits (`routes[].rate_limits`: every model of the route
-    counted apart, as the routing stage counts them), a descriptor (limit kind, route,
-    model) each: the route from the model route's own metadata (routes.py), the model
-    from the model reader's. Enabled for no request when no route has limits. A refusal's
-    Retry-After is the slowest refill among all routes' limits."""
-    limited = [route for route in gateway.routes if _route_limits(route)]
-    if not limited:
-        return local_rate_limit_pb2.LocalRateLimit(stat_prefix="sluicegate_model_limits")
-    kinds = sorted({limit.kind for route in limited for limit in _route_limits(route)})
-    always = config_percent()
-    slowest = max(
-        int(token_bucket(limit.limit, limit.window_ms).fill_interval.ToMilliseconds())
-        for route in limited
+    counted apart), a descriptor (limit kind, route, model) each: the route from the model
+    route's own metadata (routes.py), the model from the model reader's. Enabled for no
+    request when no route has limits. No x-ratelimit-* of its own: an answer carries one
+    set, the tenant's buckets'."""
+    buckets = [
+        ((_entry(_ROUTE, route.name), _entry(_MODEL, model)), limit)
+        for route in gateway.routes
+        for model in route.models
         for limit in _route_limits(route)
-    )
-    return local_rate_limit_pb2.LocalRateLimit(
-        stat_prefix="sluicegate_model_limits",
-        filter_enabled=always,
-        filter_enforced=always,
-        rate_limits=[_model_descriptor_source(kind) for kind in kinds],
-        descriptors=[
-            ratelimit_pb2.LocalRateLimitDescriptor(
-                entries=[
-                    ratelimit_pb2.RateLimitDescriptor.Entry(key=_LIMIT, value=limit.kind),
-                    ratelimit_pb2.RateLimitDescriptor.Entry(key=_ROUTE, value=route.name),
-                    ratelimit_pb2.RateLimitDescriptor.Entry(key=_MODEL, value=model),
-                ],
-                token_bucket=token_bucket(limit.limit, limit.window_ms),
-            )
-            for route in limited
-            for model in route.models
-            for limit in _route_limits(route)
-        ],
-        # No x-ratelimit-* of its own: an answer carries one set, the tenant's buckets'.
-        response_headers_to_add=[
-            _header("retry-after", str(max(1, math.ceil(slowest / 1000)))),
-            _header(wire.REFUSAL_HEADER, "rate_limit_exceeded"),
-        ],
-    )
-
-
-def _route_limits(route: Route) -> list[config.Limit]:
-    return [] if route.rate_limits is None else route.rate_limits.limits()
-
-
-def _model_descriptor_source(kind: config.LimitKind) -> rc.RateLimit:
+    ]
     route_name = rc.RateLimit.Action(
         metadata=rc.RateLimit.Action.MetaData(
             descriptor_key=_ROUTE,
-            metadata_key=metadata_pb2.MetadataKey(
-                key=wire.METADATA_NAMESPACE,
-                path=[metadata_pb2.MetadataKey.PathSegment(key=wire.META_ROUTE)],
-            ),
+            metadata_key=_metadata_key(wire.META_ROUTE),
             source=rc.RateLimit.Action.MetaData.ROUTE_ENTRY,
             skip_if_absent=True,  # a route that is no model's (an answered refusal)
         )
     )
-    source = rc.RateLimit(
-        actions=[
-            rc.RateLimit.Action(
-                generic_key=rc.RateLimit.Action.GenericKey(
-                    descriptor_key=_LIMIT, descriptor_value=kind
-                )
-            ),
-            route_name,
-            _from_metadata(_MODEL, wire.META_MODEL),
-        ]
-    )
-    charge = CHARGES[kind]
-    if charge is not None:
-        source.hits_addend.format = f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE}:{charge})%"
-    return source
+    entities = [route_name, _from_metadata(_MODEL, wire.META_MODEL)]
+    return _limiter("sluicegate_model_limits", entities, [], buckets, x_ratelimit_headers=False)
+
+
+def _route_limits(route: Route) -> list[config.Limit]:
+    return [] if route.rate_limits is None else route.rate_limits.limits()
 
 
 def token_bucket(limit: int, window_ms: int) -> token_bucket_pb2.TokenBucket:
@@ -166,41 +121,70 @@ def token_bucket(limit: int, window_ms: int) -> token_bucket_pb2.TokenBucket:
     )
 
 
-def retry_after_s(tenant: Tenant) -> int:
-    """Seconds to the slowest refill among the tenant's buckets: when a refused request
-    may find its bucket refilled (a request larger than one refill waits longer)."""
-    longest = max(
-        int(token_bucket(limit.limit, limit.window_ms).fill_interval.ToMilliseconds())
-        for _scope, limit in _scoped_limits(tenant)
-    )
-    return max(1, math.ceil(longest / 1000))
-
-
 def tenant_limits_config(tenant: Tenant) -> local_rate_limit_pb2.LocalRateLimit:
-    """The tenant's filter: a descriptor per limit, enforced for every request."""
-    scoped = _scoped_limits(tenant)
+    """The tenant's filter: a descriptor (limit kind, tenant[, key]) per limit."""
+    buckets = [
+        ((_entry(_TENANT, tenant.name), *(() if key is None else (_entry(_KEY, key),))), limit)
+        for key, limit in _scoped_limits(tenant)
+    ]
+    tenant_action = _from_metadata(_TENANT, wire.META_CHARGED_TENANT)
+    key_action = _from_metadata(_KEY, wire.META_KEY_NAME)
+    return _limiter(
+        f"sluicegate_limits_{tenant.name}",
+        [tenant_action],
+        [tenant_action, key_action],
+        buckets,
+        x_ratelimit_headers=True,
+    )
+
+
+Bucket = tuple[tuple[ratelimit_pb2.RateLimitDescriptor.Entry, ...], config.Limit]
+
+
+def _limiter(
+    stat_prefix: str,
+    entities: list[rc.RateLimit.Action],
+    keyed_entities: list[rc.RateLimit.Action],
+    buckets: list[Bucket],
+    *,
+    x_ratelimit_headers: bool,
+) -> local_rate_limit_pb2.LocalRateLimit:
+    """A limiter enforced for every request, with a bucket per (entries, limit): its
+    descriptors are (limit kind, *entities), and (limit kind, *keyed_entities) for
+    buckets with more entries (a key's). Without buckets, enabled for no request. A
+    refusal's Retry-After is the slowest refill among the buckets: when a refused
+    request may find its bucket refilled (one larger than a refill waits longer)."""
+    if not buckets:
+        return local_rate_limit_pb2.LocalRateLimit(stat_prefix=stat_prefix)
+    shapes = sorted({(limit.kind, len(entries)) for entries, limit in buckets})
+    slowest_ms = max(
+        int(token_bucket(limit.limit, limit.window_ms).fill_interval.ToMilliseconds())
+        for _, limit in buckets
+    )
     always = config_percent()
-    return local_rate_limit_pb2.LocalRateLimit(
-        stat_prefix=f"sluicegate_limits_{tenant.name}",
+    limiter = local_rate_limit_pb2.LocalRateLimit(
+        stat_prefix=stat_prefix,
         filter_enabled=always,
         filter_enforced=always,
         rate_limits=[
-            _descriptor_source(kind, keyed)
-            for kind, keyed in sorted({(limit.kind, key is not None) for key, limit in scoped})
+            _descriptor_source(kind, entities if size == len(entities) else keyed_entities)
+            for kind, size in shapes
         ],
         descriptors=[
             ratelimit_pb2.LocalRateLimitDescriptor(
-                entries=_entries(limit.kind, tenant.name, key),
+                entries=[_entry(_LIMIT, limit.kind), *entries],
                 token_bucket=token_bucket(limit.limit, limit.window_ms),
             )
-            for key, limit in scoped
+            for entries, limit in buckets
         ],
-        enable_x_ratelimit_headers=ratelimit_pb2.DRAFT_VERSION_03,
-        response_headers_to_add=[
-            _header("retry-after", str(retry_after_s(tenant))),
-            _header(wire.REFUSAL_HEADER, "rate_limit_exceeded"),
-        ],
+        response_headers_to_add=set_headers(
+            ("retry-after", str(max(1, math.ceil(slowest_ms / 1000)))),
+            (wire.REFUSAL_HEADER, "rate_limit_exceeded"),
+        ),
     )
+    if x_ratelimit_headers:
+        limiter.enable_x_ratelimit_headers = ratelimit_pb2.DRAFT_VERSION_03
+    return limiter
 
 
 def config_percent() -> base_pb2.RuntimeFractionalPercent:
@@ -222,52 +206,38 @@ def _scoped_limits(tenant: Tenant) -> list[tuple[str | None, config.Limit]]:
     return scoped
 
 
-def _entries(
-    kind: str, tenant: str, key: str | None
-) -> Iterator[ratelimit_pb2.RateLimitDescriptor.Entry]:
-    yield ratelimit_pb2.RateLimitDescriptor.Entry(key=_LIMIT, value=kind)
-    yield ratelimit_pb2.RateLimitDescriptor.Entry(key=_TENANT, value=tenant)
-    if key is not None:
-        yield ratelimit_pb2.RateLimitDescriptor.Entry(key=_KEY, value=key)
+def _entry(key: str, value: str) -> ratelimit_pb2.RateLimitDescriptor.Entry:
+    return ratelimit_pb2.RateLimitDescriptor.Entry(key=key, value=value)
 
 
-def _descriptor_source(kind: config.LimitKind, keyed: bool) -> rc.RateLimit:
-    """(limit kind, tenant[, key]) from the model reader's metadata; charged 1, or the
-    request's estimate for a token kind."""
-    actions = [
-        rc.RateLimit.Action(
-            generic_key=rc.RateLimit.Action.GenericKey(descriptor_key=_LIMIT, descriptor_value=kind)
-        ),
-        _from_metadata(_TENANT, wire.META_CHARGED_TENANT),
-    ]
-    if keyed:
-        actions.append(_from_metadata(_KEY, wire.META_KEY_NAME))
-    source = rc.RateLimit(actions=actions)
+def _descriptor_source(kind: config.LimitKind, entities: list[rc.RateLimit.Action]) -> rc.RateLimit:
+    """(limit kind, *entities) for each request; charged 1, or the request's estimate for a
+    token kind (the model reader's metadata)."""
+    kind_action = rc.RateLimit.Action(
+        generic_key=rc.RateLimit.Action.GenericKey(descriptor_key=_LIMIT, descriptor_value=kind)
+    )
+    source = rc.RateLimit(actions=[kind_action, *entities])
     charge = CHARGES[kind]
     if charge is not None:
         source.hits_addend.format = f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE}:{charge})%"
     return source
 
 
+def _metadata_key(key: str) -> metadata_pb2.MetadataKey:
+    return metadata_pb2.MetadataKey(
+        key=wire.METADATA_NAMESPACE, path=[metadata_pb2.MetadataKey.PathSegment(key=key)]
+    )
+
+
 def _from_metadata(descriptor_key: str, metadata_key: str) -> rc.RateLimit.Action:
     return rc.RateLimit.Action(
         metadata=rc.RateLimit.Action.MetaData(
             descriptor_key=descriptor_key,
-            metadata_key=metadata_pb2.MetadataKey(
-                key=wire.METADATA_NAMESPACE,
-                path=[metadata_pb2.MetadataKey.PathSegment(key=metadata_key)],
-            ),
+            metadata_key=_metadata_key(metadata_key),
             source=rc.RateLimit.Action.MetaData.DYNAMIC,
             # Without it (a request the model reader did not route), no descriptor.
             skip_if_absent=True,
         )
-    )
-
-
-def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
-    return base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=key, value=value),
-        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
     )
 
 
