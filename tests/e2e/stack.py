@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from sluicegate import wire
 from sluicegate.testing import alive, children_of
 from sluicegate.testing.recorded_stack import stop_recorded_stack
 from tests.ports import free_ports
@@ -81,6 +82,23 @@ class Stack:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def routing_stage_streams(self) -> int:
+        """Requests Envoy sent to the routing stage's cluster, each one ext_proc stream
+        (the fast lane opens none)."""
+        stats = self.admin_json("/stats?format=json&filter=upstream_rq_total")["stats"]
+        name = f"cluster.{wire.EXT_PROC_CLUSTER}.upstream_rq_total"
+        (value,) = [s["value"] for s in stats if s["name"] == name]  # the cluster exists
+        return int(value)
+
+    def last_request_to(self, provider: str) -> dict[str, Any]:
+        """The last request the mock provider `provider` received, as its /mock/stats
+        shows it (credential headers left out)."""
+        (found,) = [p for p in self.doc["providers"] if p["name"] == provider]
+        url = found["base_url"].removesuffix("/v1") + "/mock/stats"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            last: dict[str, Any] = json.load(response)["last_request"]
+        return last
 
 
 def _wait_serving(stack: Stack, timeout_s: float) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from sluicegate import wire
 from sluicegate.testing import quickstart_on_free_ports
 from tests.e2e.stack import Stack, running_stack
 
@@ -68,14 +67,6 @@ def _error_count(stack: Stack, code: str) -> float:
     return stack.metric_sum(REQUESTS, error_code=code)
 
 
-def _routing_streams(stack: Stack) -> int:
-    """Requests Envoy sent to the routing stage's cluster (each one ext_proc stream)."""
-    stats = stack.admin_json("/stats?format=json&filter=upstream_rq_total")["stats"]
-    name = f"cluster.{wire.EXT_PROC_CLUSTER}.upstream_rq_total"
-    (value,) = [s["value"] for s in stats if s["name"] == name]  # the cluster exists
-    return int(value)
-
-
 def _chat(stream: bool = False) -> bytes:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
     return json.dumps(body).encode()
@@ -90,7 +81,7 @@ def test_requests_are_routed_by_envoy_alone(stack: Stack) -> None:
     assert status == 200, text
     assert media.startswith("text/event-stream")
     assert text.rstrip().endswith("data: [DONE]")
-    assert _routing_streams(stack) == 0
+    assert stack.routing_stage_streams() == 0
 
 
 def test_the_record_of_a_refusal_names_its_code(stack: Stack) -> None:
@@ -166,7 +157,7 @@ def test_a_body_envoy_cannot_route_is_answered_in_openai_json(
     error = json.loads(text)["error"]
     assert error["code"] == code
     assert error["type"] == "invalid_request_error"
-    assert _routing_streams(stack) == 0
+    assert stack.routing_stage_streams() == 0
 
 
 def test_requests_without_a_body_are_routed_by_their_path(stack: Stack) -> None:
@@ -174,7 +165,7 @@ def test_requests_without_a_body_are_routed_by_their_path(stack: Stack) -> None:
     with urllib.request.urlopen(stack.gateway + "/v1/models", timeout=10) as response:
         assert response.status == 200
     assert _post(stack, b"")[0] == 404
-    assert _routing_streams(stack) == 0
+    assert stack.routing_stage_streams() == 0
 
 
 def test_a_null_stream_is_not_a_stream(stack: Stack) -> None:

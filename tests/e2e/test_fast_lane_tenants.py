@@ -116,27 +116,12 @@ def _bearer(tenant: str) -> dict[str, str]:
     return {"authorization": f"Bearer {KEYS[tenant]}"}
 
 
-def _routing_streams(stack: Stack) -> int:
-    stats = stack.admin_json("/stats?format=json&filter=upstream_rq_total")["stats"]
-    name = f"cluster.{wire.EXT_PROC_CLUSTER}.upstream_rq_total"
-    (value,) = [s["value"] for s in stats if s["name"] == name]
-    return int(value)
-
-
-def _alpha_last_request(stack: Stack) -> dict[str, Any]:
-    (alpha,) = [p for p in stack.doc["providers"] if p["name"] == "alpha"]
-    url = alpha["base_url"].removesuffix("/v1") + "/mock/stats"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        last: dict[str, Any] = json.load(response)["last_request"]
-    return last
-
-
 def test_a_tenant_key_is_checked_by_envoy_alone_and_goes_no_further(stack: Stack) -> None:
     for headers in (_bearer("open"), {"x-api-key": KEYS["open"]}):
         answer = _post(stack, _chat(), **headers)
         assert answer.status == 200, answer.text
-    assert _routing_streams(stack) == 0
-    last = _alpha_last_request(stack)
+    assert stack.routing_stage_streams() == 0
+    last = stack.last_request_to("alpha")
     assert not last["authorization_present"]
     assert wire.CLIENT_HEADER not in last["headers"]
 

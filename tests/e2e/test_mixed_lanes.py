@@ -88,34 +88,19 @@ def _get_models(stack: Stack, key: str) -> int:
         return response.status
 
 
-def _routing_streams(stack: Stack) -> int:
-    stats = stack.admin_json("/stats?format=json&filter=upstream_rq_total")["stats"]
-    name = f"cluster.{wire.EXT_PROC_CLUSTER}.upstream_rq_total"
-    (value,) = [s["value"] for s in stats if s["name"] == name]
-    return int(value)
-
-
-def _alpha_last_headers(stack: Stack) -> dict[str, str]:
-    (alpha,) = [p for p in stack.doc["providers"] if p["name"] == "alpha"]
-    url = alpha["base_url"].removesuffix("/v1") + "/mock/stats"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        headers: dict[str, str] = json.load(response)["last_request"]["headers"]
-    return headers
-
-
 def test_the_fast_tenant_skips_the_routing_stage_and_the_exact_one_takes_it(
     stack: Stack,
 ) -> None:
-    before = _routing_streams(stack)
+    before = stack.routing_stage_streams()
     status, _, _ = _post(stack, QUICK_KEY)
     assert status == 200
-    assert _routing_streams(stack) == before
+    assert stack.routing_stage_streams() == before
     status, headers, _ = _post(stack, DEMO_KEY)
     assert status == 200
-    assert _routing_streams(stack) == before + 1
+    assert stack.routing_stage_streams() == before + 1
     # The routing stage admitted it by the client Envoy named, under its own limits.
     assert headers["x-ratelimit-limit-requests"] == "3"
-    assert wire.CLIENT_HEADER not in _alpha_last_headers(stack)
+    assert wire.CLIENT_HEADER not in stack.last_request_to("alpha")["headers"]
 
 
 def test_each_lane_enforces_its_own_tenants_limits(stack: Stack) -> None:

@@ -88,8 +88,9 @@ async def running_envoy(tmp: Path, ads_port: int, api_type: str) -> AsyncIterato
             process.wait(5)
 
 
-async def http_get(port: int) -> str | None:
-    """The body Envoy answers on `port`, or None if it does not (yet)."""
+async def http_answer(port: int) -> tuple[dict[str, str], str] | None:
+    """The headers (names lower case) and body of a 200 answer to GET / on `port`, or
+    None if Envoy does not answer so (yet)."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1)
     except (OSError, TimeoutError):
@@ -99,17 +100,22 @@ async def http_get(port: int) -> str | None:
         await writer.drain()
         # Read by Content-Length: Envoy delays closing (delayed_close_timeout, 1 s).
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
-        length = 0
-        for line in head.split(b"\r\n"):
+        headers = {}
+        for line in head.split(b"\r\n")[1:]:
             key, _, value = line.partition(b":")
-            if key.strip().lower() == b"content-length":
-                length = int(value)
-        body = await asyncio.wait_for(reader.readexactly(length), 2)
+            headers[key.strip().lower().decode()] = value.strip().decode()
+        body = await asyncio.wait_for(reader.readexactly(int(headers.get("content-length", 0))), 2)
     except (OSError, TimeoutError, asyncio.IncompleteReadError):
         return None
     finally:
         writer.close()
-    return body.decode() if head.startswith(b"HTTP/1.1 200") else None
+    return (headers, body.decode()) if head.startswith(b"HTTP/1.1 200") else None
+
+
+async def http_get(port: int) -> str | None:
+    """The body of a 200 answer on `port`, or None."""
+    answer = await http_answer(port)
+    return None if answer is None else answer[1]
 
 
 async def eventually(check: Callable[[], Any], what: str, log: Path, timeout: float = 10) -> Any:

@@ -3,7 +3,6 @@ changed filter config reaches it without the listener being updated."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.request
 from pathlib import Path
@@ -16,7 +15,7 @@ from sluicegate.xds.server import Snapshot, SnapshotCache, bound_port, serve_ads
 from tests.ports import free_port
 
 from .helpers import ecds_listener, lua_config, route
-from .test_envoy_e2e import NODE, eventually, running_envoy
+from .test_envoy_e2e import NODE, eventually, http_answer, running_envoy
 
 FILTER = "sluicegate.test_ecds"
 ECDS_DUMP = "type.googleapis.com/envoy.admin.v3.EcdsConfigDump"
@@ -36,26 +35,9 @@ def config(port: int, header_value: str) -> Snapshot:
 
 
 async def ecds_header(port: int) -> str | None:
-    """The `x-ecds` header of a 200 answer to GET / on `port`, or None."""
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1)
-    except (OSError, TimeoutError):
-        return None
-    try:
-        writer.write(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
-        await writer.drain()
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
-    except (OSError, TimeoutError, asyncio.IncompleteReadError):
-        return None
-    finally:
-        writer.close()
-    if not head.startswith(b"HTTP/1.1 200"):
-        return None
-    for line in head.split(b"\r\n"):
-        key, _, value = line.partition(b":")
-        if key.strip().lower() == b"x-ecds":
-            return value.strip().decode()
-    return ""
+    """The `x-ecds` header of a 200 answer to GET / on `port` ("" without one), or None."""
+    answer = await http_answer(port)
+    return None if answer is None else answer[0].get("x-ecds", "")
 
 
 def admin(tmp: Path, path: str) -> str:
