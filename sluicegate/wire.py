@@ -83,6 +83,12 @@ META_ESTIMATE_TOKENS: Final = "estimate_tokens"
 # The fast-lane tenant whose buckets a request is charged to: written by the model reader
 # only for a request it routes (a listing or a refused body is not charged).
 META_CHARGED_TENANT: Final = "charged_tenant"
+# `true` on a request of an `auto` tenant, in whichever lane it is (the model reader
+# writes it in the fast lane, the routing stage in the exact lane): the lane log sends
+# these requests' records to the control plane, which moves the tenant between lanes,
+# and the ext_proc servers charge a fast-lane one into the tenant's exact-lane windows
+# (docs/fast-lane.md, "The auto lane").
+META_AUTO_LANE: Final = "auto_lane"
 # Set by the routing stage on every request it sees, admitted or answered, for the
 # request record (docs/metrics.md): who asked (the key's name, never the key), with
 # which priority class and scenario, how long the request queued at a gate (ms), and
@@ -312,7 +318,18 @@ LATENCY_LAYOUT: Final = (
     RECORD_PROVIDER_TTFT_US,
     RECORD_USAGE,
 )
-_LAYOUTS: Final = {RECORD_LOG_NAME: RECORD_LAYOUT, LATENCY_LOG_NAME: LATENCY_LAYOUT}
+# ----- the auto lane (docs/fast-lane.md, "The auto lane") ---------------------------------
+
+# The records of `auto` tenants' requests (metadata META_AUTO_LANE), to the control plane:
+# what lane steering reads (whether it failed, the tenant, key and estimate in the
+# metadata, the usage, and for a stream without usage its counted events).
+LANE_LOG_NAME: Final = "sluicegate-lane"
+LANE_LAYOUT: Final = (RECORD_STATUS, RECORD_CONTENT_TYPE, RECORD_METADATA, RECORD_USAGE)
+_LAYOUTS: Final = {
+    RECORD_LOG_NAME: RECORD_LAYOUT,
+    LATENCY_LOG_NAME: LATENCY_LAYOUT,
+    LANE_LOG_NAME: LANE_LAYOUT,
+}
 
 
 def record_body(log_name: str, fields: Mapping[str, str]) -> str:

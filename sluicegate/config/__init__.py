@@ -12,10 +12,12 @@ from .addresses import is_ip_address, split_host_port
 from .admin_address import ADMIN_SOCKET_MODE, UNIX_PREFIX, AdminAddress, parse_admin_address
 from .admission import (
     FAST_LANE_MIN_FILL_MS,
+    LANE_AUTO,
     LANE_EXACT,
     LANE_FAST,
     LIMIT_KINDS,
     Admission,
+    AutoLane,
     ClientKey,
     Concurrency,
     Lane,
@@ -74,6 +76,7 @@ __all__ = [
     "ADMIN_SOCKET_MODE",
     "DEFAULT_SCENARIO",
     "FAST_LANE_MIN_FILL_MS",
+    "LANE_AUTO",
     "LANE_EXACT",
     "LANE_FAST",
     "LIMIT_KINDS",
@@ -84,6 +87,7 @@ __all__ = [
     "Addresses",
     "AdminAddress",
     "Admission",
+    "AutoLane",
     "Backend",
     "Backoff",
     "ClientKey",

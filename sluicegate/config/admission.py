@@ -111,10 +111,13 @@ def _default_classes() -> list[PriorityClass]:
 StoreKind = Literal["memory", "redis"]
 OnFailure = Literal["fail_open", "fail_closed", "local"]
 # How requests are decided (docs/fast-lane.md): `exact` by the routing stage, in Python;
-# `fast` by Envoy alone (keys, tenants' limits as token buckets, routing).
-Lane = Literal["exact", "fast"]
+# `fast` by Envoy alone (keys, tenants' limits as token buckets, routing); `auto` in the
+# fast lane while far from its limits, moved to the exact lane near them by the control
+# plane ("The auto lane").
+Lane = Literal["exact", "fast", "auto"]
 LANE_FAST: Final = "fast"
 LANE_EXACT: Final = "exact"
+LANE_AUTO: Final = "auto"
 # A fast-lane token bucket refills at most this often (Envoy refuses under 50 ms), so a
 # Retry-After is whole seconds; a fast-lane limit's window is at least this long.
 FAST_LANE_MIN_FILL_MS: Final = 1000
@@ -158,6 +161,26 @@ class LimiterStoreConfig(_Section):
         return value
 
 
+class AutoLane(_Section):
+    """When the control plane moves an `auto` tenant between lanes (docs/fast-lane.md,
+    "The auto lane"): to the exact lane once its usage of any of its (or its keys')
+    limits reaches `exact_above` of the limit in the limit's window; back to the fast lane
+    once every usage is at most `fast_below` and it has been in the exact lane `hold`."""
+
+    exact_above: float = Field(default=0.5, gt=0.0, le=1.0)
+    fast_below: float = Field(default=0.25, gt=0.0, lt=1.0)
+    hold: Duration = Field(default=10_000, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoLane:
+        if self.fast_below >= self.exact_above:
+            raise ValueError(
+                f"fast_below ({self.fast_below}) must be below exact_above "
+                f"({self.exact_above}), or a tenant would move back and forth"
+            )
+        return self
+
+
 class Admission(_Section):
     """The top-level `admission:` section: priority classes, token estimates, limiter store."""
 
@@ -174,9 +197,11 @@ class Admission(_Section):
     # A request asking for more output tokens than this is refused with a 400.
     max_output_tokens: int = Field(default=1_000_000, ge=1, le=_MAX_TOKENS)
     store: LimiterStoreConfig = Field(default_factory=LimiterStoreConfig)
-    # Who decides each request: the routing stage (`exact`) or Envoy alone (`fast`); a
-    # tenant may name its own.
+    # Who decides each request: the routing stage (`exact`), Envoy alone (`fast`), or
+    # Envoy while a tenant is far from its limits (`auto`); a tenant may name its own.
     lane: Lane = "exact"
+    # When `auto` tenants move between lanes.
+    auto_lane: AutoLane = Field(default_factory=AutoLane)
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -195,11 +220,15 @@ class Admission(_Section):
         """Which lane a tenant takes and why, for `sluicegate validate`."""
         lane = self.lane_of(tenant)
         why = "its own lane" if tenant.lane is not None else "admission.lane"
-        does = (
-            "Envoy checks its keys and limits it with token buckets"
-            if lane == LANE_FAST
-            else "the routing stage admits it (sliding windows, queues)"
-        )
+        does = {
+            LANE_FAST: "Envoy checks its keys and limits it with token buckets",
+            LANE_EXACT: "the routing stage admits it (sliding windows, queues)",
+            LANE_AUTO: (
+                "Envoy decides its requests while it is far from its limits; the control "
+                "plane moves it to the routing stage's sliding windows when its usage nears "
+                "them, and back"
+            ),
+        }[lane]
         return f"tenant {tenant.name}: lane {lane} ({why}): {does}"
 
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from .addresses import is_ip_address
 from .admin_address import parse_admin_address
-from .admission import FAST_LANE_MIN_FILL_MS, LANE_FAST, Admission, RateLimits
+from .admission import FAST_LANE_MIN_FILL_MS, LANE_EXACT, LANE_FAST, Admission, RateLimits
 from .document import Document, KeyRef, SettingsRoute
 from .durations import format_duration_ms
 from .keyhash import parse_key_hash
@@ -511,32 +511,42 @@ def check_admission(doc: Document, at: Locator) -> Iterable[Problem]:
 FAST_LANE_MAX_LIMIT: Final = 2**32 - 1
 
 
-
 def uses_fast_lane(doc: Document) -> bool:
-    """Whether Envoy decides any request alone: `admission.lane: fast`, or a tenant's."""
+    """Whether Envoy may decide any request alone: `admission.lane: fast` or `auto`, or a
+    tenant's."""
     admission = doc.admission
-    return (admission is not None and admission.lane == LANE_FAST) or any(
-        tenant.lane == LANE_FAST for _, tenant in doc.tenants
+    return (admission is not None and admission.lane != LANE_EXACT) or any(
+        tenant.lane not in (None, LANE_EXACT) for _, tenant in doc.tenants
     )
 
 
 def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
     """The fast lane is decided by Envoy alone (docs/fast-lane.md): it checks client keys
     itself, every key of every tenant (so each needs its `secret`), and it limits
-    fast-lane tenants and keys, and routes' models, with token buckets (whole-second
-    refills, uint32 sizes). Not yet providers' limits nor concurrency gates, which its
-    requests would pass unchecked, nor routes' limits beside exact-lane tenants (each lane
-    would count a model apart)."""
+    fast-lane (and `auto`) tenants and keys, and routes' models, with token buckets
+    (whole-second refills, uint32 sizes). Not yet providers' limits nor concurrency
+    gates, which its requests would pass unchecked, nor routes' limits beside exact-lane
+    or `auto` tenants (each lane would count a model apart)."""
     if doc.admission is None or not uses_fast_lane(doc):
         return
     where: KeyPath = (
         ("admission", "lane")
-        if doc.admission.lane == LANE_FAST
-        else next(("tenants", t, "lane") for t, tenant in doc.tenants if tenant.lane == LANE_FAST)
+        if doc.admission.lane != LANE_EXACT
+        else next(
+            ("tenants", t, "lane")
+            for t, tenant in doc.tenants
+            if tenant.lane not in (None, LANE_EXACT)
+        )
+    )
+    lane = (
+        doc.admission.lane
+        if where[0] == "admission"
+        else next(tenant.lane for t, tenant in doc.tenants if t == where[1])
     )
     found = []
     if any(provider.rate_limits for _, provider in doc.providers):
         found.append("providers' rate limits")
+    # An `auto` tenant is in the exact lane whenever it nears its limits.
     exact = any(doc.admission.lane_of(tenant) != LANE_FAST for _, tenant in doc.tenants)
     if exact and any(route.rate_limits for _, route in doc.routes):
         # Each lane would count the model apart: up to twice its limit.
@@ -548,14 +558,14 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
     if found:
         yield at.error(
             where,
-            f"lane fast cannot yet enforce {' or '.join(found)}, which this config has: "
+            f"lane {lane} cannot yet enforce {' or '.join(found)}, which this config has: "
             "use lane: exact (docs/fast-lane.md)",
         )
     scopes: list[tuple[KeyPath, RateLimits | None]] = [
         (("routes", r, "rate_limits"), route.rate_limits) for r, route in doc.routes
     ]
     for t, tenant in doc.tenants:
-        if doc.admission.lane_of(tenant) != LANE_FAST:
+        if doc.admission.lane_of(tenant) == LANE_EXACT:
             continue
         scopes += [(("tenants", t, "rate_limits"), tenant.rate_limits)]
         scopes += [
@@ -566,7 +576,7 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
         if limits is not None and limits.per < FAST_LANE_MIN_FILL_MS:
             yield at.error(
                 (*path, "per"),
-                "lane fast refills Envoy's token buckets at most once a second (Envoy "
+                f"lane {lane} refills Envoy's token buckets at most once a second (Envoy "
                 f"refuses a bucket refilled more often than every 50 ms): `per` must be "
                 f"at least 1s, got {format_duration_ms(limits.per)}",
             )
@@ -574,16 +584,16 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
             if limit.limit > FAST_LANE_MAX_LIMIT:
                 yield at.error(
                     (*path, limit.kind),
-                    f"lane fast keeps limits in Envoy's token buckets, which hold at most "
+                    f"lane {lane} keeps limits in Envoy's token buckets, which hold at most "
                     f"{FAST_LANE_MAX_LIMIT:,}; got {limit.limit:,}",
                 )
     for ref in doc.client_keys:
         if ref.key.secret is None:
             yield at.error(
                 ("tenants", ref.tenant, "keys", ref.index),
-                f"client key '{ref.key.name}' has no secret: with lane fast Envoy checks "
+                f"client key '{ref.key.name}' has no secret: with lane {lane} Envoy checks "
                 "every key itself, so it needs the key from `secret: {env: NAME}` or "
-                "`secret: {file: path}` (docs/fast-lane.md, \"Keys\")",
+                '`secret: {file: path}` (docs/fast-lane.md, "Keys")',
             )
 
 

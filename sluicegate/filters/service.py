@@ -20,7 +20,7 @@ from sluicegate.records import RecordSink, logs_handler
 
 from . import counters as outcome
 from . import errors
-from .admission import AdmissionController, AdmissionStream, UsageStream, charge_record
+from .admission import AdmissionController, AdmissionStream, UsageStream, charge_finished
 from .attempt import AttemptCaches, AttemptStream
 from .counters import Counters
 from .error_body import ErrorBodyStream
@@ -59,10 +59,11 @@ class ExtProcService:
         self.admission = admission if admission is not None else AdmissionController()
         self._attempt_caches = AttemptCaches()
         # Request records (docs/metrics.md) count into the registry /metrics serves, and
-        # charge their reservations (filters/admission/charge.py).
+        # charge their reservations, or an auto tenant's fast-lane request into its windows
+        # (filters/admission/charge.py).
         admission = self.admission
         self.records = RecordSink(
-            admission.metrics.registry, on_record=lambda record: charge_record(admission, record)
+            admission.metrics.registry, on_record=lambda record: charge_finished(admission, record)
         )
 
     @property

@@ -19,12 +19,28 @@ class Tenant:
     models: frozenset[str] | None  # None: every served model
     rate_limits: config.RateLimits | None
     keys: tuple[config.ClientKey, ...]
-    lane: config.Lane = "exact"  # its own, or admission.lane
+    # The lane its requests take now, `exact` or `fast`: its own, or admission.lane; for
+    # an `auto` tenant the one the control plane's lane steering chose (Gateway.with_lanes).
+    lane: config.Lane = "exact"
+    # Declared `auto` (docs/fast-lane.md, "The auto lane"): it has the fast lane's
+    # buckets and the exact lane's windows whatever its lane, so a move is a push of the
+    # key check alone.
+    auto: bool = False
 
     @property
     def fast(self) -> bool:
-        """Whether Envoy decides its requests alone (docs/fast-lane.md)."""
+        """Whether Envoy decides its requests alone now (docs/fast-lane.md)."""
         return self.lane == config.LANE_FAST
+
+    @property
+    def in_fast_lane_ever(self) -> bool:
+        """Whether its requests may take the fast lane (it has limiter slots)."""
+        return self.fast or self.auto
+
+    @property
+    def in_exact_lane_ever(self) -> bool:
+        """Whether its requests may take the exact lane (the routing stage knows it)."""
+        return not self.fast or self.auto
 
     @property
     def limited(self) -> bool:
@@ -69,6 +85,8 @@ class Admission:
     routed_by_envoy: bool = False
     routing_stage: bool = True
     keys_checked_by_envoy: bool = False
+    # When `auto` tenants move between lanes (the control plane's lane steering).
+    auto_lane: config.AutoLane = field(default_factory=config.AutoLane)
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -77,6 +95,7 @@ class Admission:
 
 
 def resolve_tenants(cfg: config.Config) -> tuple[Tenant, ...]:
+    """The declared tenants; an `auto` one starts in the fast lane."""
     return tuple(
         Tenant(
             name=tenant.name,
@@ -84,9 +103,11 @@ def resolve_tenants(cfg: config.Config) -> tuple[Tenant, ...]:
             models=None if tenant.models is None else frozenset(tenant.models),
             rate_limits=tenant.rate_limits,
             keys=tuple(tenant.keys),
-            lane=cfg.admission.lane_of(tenant),
+            lane=config.LANE_FAST if lane == config.LANE_AUTO else lane,
+            auto=lane == config.LANE_AUTO,
         )
         for tenant in cfg.tenants
+        for lane in (cfg.admission.lane_of(tenant),)
     )
 
 
@@ -99,8 +120,12 @@ def resolve_admission(cfg: config.Config) -> Admission:
         provider.concurrency is not None for provider in cfg.providers
     )
     waits = [klass.max_wait for klass in section.priority_classes] if gated else []
+    # An `auto` tenant is in both lanes' lists: either may decide its requests, and
+    # neither lane's filters come or go when it moves (docs/fast-lane.md, "The auto lane").
     exact = [t for t in cfg.tenants if section.lane_of(t) != config.LANE_FAST]
-    by_envoy = section.lane == config.LANE_FAST or len(exact) < len(cfg.tenants)
+    by_envoy = section.lane != config.LANE_EXACT or any(
+        section.lane_of(t) != config.LANE_EXACT for t in cfg.tenants
+    )
     routing_stage = not by_envoy or bool(exact)
     limits = [t.rate_limits for t in exact]
     limits += [key.rate_limits for t in exact for key in t.keys]
@@ -125,6 +150,7 @@ def resolve_admission(cfg: config.Config) -> Admission:
         # Every key's secret given (a fast lane requires it): Envoy checks the keys
         # whatever the tenants' lanes, so moving one between lanes never adds or removes
         # the check (a request in flight would meet a routing stage that expects the other).
+        auto_lane=section.auto_lane,
         keys_checked_by_envoy=bool(cfg.tenants)
         and all(key.secret is not None for t in cfg.tenants for key in t.keys),
     )

@@ -114,6 +114,21 @@ class Gateway:
             return self
         return replace(self, routes=routes)
 
+    def with_lanes(self, lanes: Mapping[str, config.Lane]) -> Gateway:
+        """This gateway with its `auto` tenants in the lanes the control plane's lane
+        steering chose (tenant -> `fast` or `exact`; sluicegate.lanes); other tenants, and
+        names it lacks, are left alone. Pure, as `with_weights` (docs/fast-lane.md, "The
+        auto lane")."""
+        tenants = tuple(
+            replace(tenant, lane=lanes[tenant.name])
+            if tenant.auto and lanes.get(tenant.name, tenant.lane) != tenant.lane
+            else tenant
+            for tenant in self.tenants
+        )
+        if all(new is old for new, old in zip(tenants, self.tenants, strict=True)):
+            return self
+        return replace(self, tenants=tenants)
+
     def route_for(self, model: str, path: str | None) -> Route | None:
         """The route Envoy picks for `model` at `path` (routes.first_match)."""
         return first_match(self.served.get(model, ()), path)
@@ -160,7 +175,7 @@ def build_model(
     admission = resolve_admission(cfg)
     tenants = resolve_tenants(cfg)
     slots = (
-        assign_slots((t.name for t in tenants if t.limited and t.fast), limit_slots)
+        assign_slots((t.name for t in tenants if t.limited and t.in_fast_lane_ever), limit_slots)
         if admission.routed_by_envoy
         else LimitSlots()
     )

@@ -11,6 +11,15 @@ metrics with bounded labels. docs/metrics.md.
 """
 
 from .access_log import STDOUT, JsonLinesAccessLog, RecordWriter, record_line
+from .billing import (
+    SOURCE_COUNTED,
+    SOURCE_ERROR,
+    SOURCE_ESTIMATE,
+    SOURCE_PROVIDER,
+    Billed,
+    billed,
+    billed_record,
+)
 from .labels import LABELS, NONE, OTHER, Declared
 from .logs_service import LOGS_METHOD_NAME, LOGS_SERVICE_NAME, SLICE, RecordBatches, logs_handler
 from .metrics import (
@@ -33,9 +42,14 @@ __all__ = [
     "OTHER",
     "QUEUE_BUCKETS",
     "SLICE",
+    "SOURCE_COUNTED",
+    "SOURCE_ERROR",
+    "SOURCE_ESTIMATE",
+    "SOURCE_PROVIDER",
     "STDOUT",
     "TPOT_BUCKETS",
     "TTFT_BUCKETS",
+    "Billed",
     "Declared",
     "JsonLinesAccessLog",
     "RecordBatches",
@@ -43,6 +57,8 @@ __all__ = [
     "RecordSink",
     "RecordWriter",
     "RequestRecord",
+    "billed",
+    "billed_record",
     "decode",
     "fields_of",
     "log_records",

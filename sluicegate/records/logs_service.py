@@ -36,7 +36,8 @@ def _identity(data: bytes) -> bytes:
 
 class RecordBatches(Protocol):
     """What takes a batch's OpenTelemetry LogRecords, a slice at a time: the ext_proc
-    servers' RecordSink, or the control plane's latency router (sluicegate.latency)."""
+    servers' RecordSink, or the control plane (ControlPlane.on_records: latency weights
+    and auto lanes)."""
 
     def on_records(self, batch: Sequence[Any]) -> int: ...
 

@@ -67,6 +67,11 @@ class RequestRecord:
     estimate_input: int = 0
     estimate_output: int = 0
     usage_by_observer: bool = False  # the usage observer charges it (a large JSON answer)
+    # A request of an `auto` tenant (wire.META_AUTO_LANE), in either lane.
+    auto_lane: bool = False
+    # A request the fast lane's buckets charged (the model reader's
+    # wire.META_CHARGED_TENANT): Envoy admitted it, not the routing stage.
+    fast_lane: bool = False
     # The answering attempt's request sent (US_TX_BEG) to the provider's first body byte:
     # the provider's own time to first token (not counted from the request's first byte).
     provider_ttft_s: float | None = None
@@ -233,5 +238,7 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
         estimate_input=_count(_meta_text(meta, wire.META_ESTIMATE_INPUT)) or 0,
         estimate_output=_count(_meta_text(meta, wire.META_ESTIMATE_OUTPUT)) or 0,
         usage_by_observer=meta.get(wire.META_USAGE_VIA) == wire.USAGE_VIA_OBSERVER,
+        auto_lane=meta.get(wire.META_AUTO_LANE) is True,
+        fast_lane=bool(_meta_text(meta, wire.META_CHARGED_TENANT)),
         provider_ttft_s=_seconds_from_us(attrs.get(wire.RECORD_PROVIDER_TTFT_US)),
     )

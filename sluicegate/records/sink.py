@@ -41,9 +41,7 @@ class RecordSink:
 
     __slots__ = ("_access_log", "_declared", "_on_record", "metrics")
 
-    def __init__(
-        self, registry: CollectorRegistry, on_record: RecordHandler | None = None
-    ) -> None:
+    def __init__(self, registry: CollectorRegistry, on_record: RecordHandler | None = None) -> None:
         self.metrics = RecordMetrics(registry)
         self._on_record = on_record
         self._declared = Declared()

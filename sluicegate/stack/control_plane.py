@@ -22,6 +22,12 @@ learned ones, and translation stays pure. A reload keeps what was learned for th
 and providers still there; a weight change alone (`tick_weights`, once a second) replaces
 only the EDS resources of the snapshot, so no other type's version moves and no listener,
 route or cluster is sent again (docs/latency-routing.md).
+
+`auto` tenants get the lanes the lane steering chose (sluicegate.lanes) the same way,
+`Gateway.with_lanes`; a move (`tick_lanes`, every LaneSettings.tick_s) changes only the key
+check's configuration, an ECDS resource, so no bucket is refilled and no listener updated
+(docs/fast-lane.md, "The auto lane"). Both are fed by the records Envoy sends the control
+plane (`on_records`).
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sluicegate.config import (
     Config,
@@ -41,8 +48,10 @@ from sluicegate.config import (
     resolve_api_keys,
     resolve_client_keys,
 )
+from sluicegate.lanes import LaneMove, LaneSteering
 from sluicegate.latency import LatencyRouter, WeightChange
 from sluicegate.model import Gateway, build_model
+from sluicegate.records import decode
 from sluicegate.stack.rejection import log_rejection
 from sluicegate.xds.server import ENDPOINT, Snapshot, SnapshotCache
 from sluicegate.xds.translate import RouteMemo, translate
@@ -70,6 +79,7 @@ class ControlPlane:
         on_model: Callable[[Gateway], None] = lambda gateway: None,
         drained_file: Path | None = None,
         latency: LatencyRouter | None = None,
+        lanes: LaneSteering | None = None,
     ) -> None:
         self.path = path
         self.cache = cache
@@ -81,6 +91,8 @@ class ControlPlane:
         self.configured: Gateway | None = None
         # Learned weights of `routing: latency` routes, fed by Envoy's latency record log.
         self.latency = latency or LatencyRouter()
+        # The lanes of `auto` tenants, fed by Envoy's lane record log.
+        self.lanes = lanes or LaneSteering()
         self.snapshot: Snapshot | None = None
         self.last_outcome: ReloadOutcome | None = None
         self.reloads_ok = 0
@@ -151,7 +163,8 @@ class ControlPlane:
         for warning in configured.warnings:
             log.warning("%s", warning)
         self.latency.load(configured)  # keeps what was learned of routes still there
-        model = configured.with_weights(self.latency.weights())
+        self.lanes.load(configured)  # keeps auto tenants' usage and lanes
+        model = self._steered(configured)
         snapshot = Snapshot.from_resources(translate(model, self._memo))
         # docs/xds-rules.md rule 14: a snapshot naming a resource it lacks is never
         # published; the last good config (Envoy's and the filter's) keeps serving.
@@ -159,6 +172,7 @@ class ControlPlane:
         if missing:
             if self.configured is not None:
                 self.latency.load(self.configured)  # back to the routes still served
+                self.lanes.load(self.configured)
             shown = [f"inconsistent snapshot, not published: {m}" for m in missing[:5]]
             more = [f"(and {len(missing) - 5} more)"] if len(missing) > 5 else []
             return self._reject(shown + more)
@@ -185,7 +199,7 @@ class ControlPlane:
         changes = self.latency.tick()
         if not changes:
             return []
-        model = self.configured.with_weights(self.latency.weights())
+        model = self._steered(self.configured)
         endpoints = Snapshot.from_resources({ENDPOINT: translate(model, self._memo)[ENDPOINT]})
         current = self.snapshot
         snapshot = Snapshot(
@@ -194,12 +208,45 @@ class ControlPlane:
                 ENDPOINT: endpoints.resources(ENDPOINT),
             }
         )
+        self._push_steered(model, snapshot, changes)
+        return changes
+
+    def tick_lanes(self) -> list[LaneMove]:
+        """Move `auto` tenants whose usage crossed a threshold (LaneSteering.tick) and push
+        the key check that names their clients' new lane. The whole snapshot is translated
+        again (a move is rare); the cache sends only what changed: that one ECDS resource
+        (tests/stack/test_control_plane_lanes.py). Returns the moves (each logged)."""
+        if self.configured is None or self.snapshot is None:
+            return []
+        moves = self.lanes.tick()
+        if not moves:
+            return []
+        model = self._steered(self.configured)
+        self._push_steered(model, Snapshot.from_resources(translate(model, self._memo)), moves)
+        return moves
+
+    def on_records(self, batch: Sequence[Any]) -> int:
+        """Records Envoy sent the control plane (its LogsService; records.RecordBatches):
+        the latency log's and the lane log's, each decoded once and offered to both."""
+        counted = 0
+        for log_record in batch:
+            record = decode(log_record, {})
+            counted += self.latency.observe(record) | self.lanes.observe(record)
+        return counted
+
+    def _push_steered(
+        self, model: Gateway, snapshot: Snapshot, steps: Sequence[WeightChange | LaneMove]
+    ) -> None:
+        """Publish a steered model (its weights or lanes moved) and log each step."""
         self.cache.set_snapshot(snapshot)
         self.model = model
         self.snapshot = snapshot
-        for change in changes:
-            log.info("%s", change.describe())
-        return changes
+        for step in steps:
+            log.info("%s", step.describe())
+
+    def _steered(self, configured: Gateway) -> Gateway:
+        """`configured` with the learned weights and the auto tenants' current lanes."""
+        return configured.with_weights(self.latency.weights()).with_lanes(self.lanes.lanes())
 
     def _reject(self, problems: list[str], warnings: Iterable[object] = ()) -> ReloadOutcome:
         """Keep serving the last good config, and say why the new one was not taken."""

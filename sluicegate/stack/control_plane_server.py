@@ -11,7 +11,10 @@ in Kubernetes it is the control plane's Deployment.
 
 Its gRPC server also serves OpenTelemetry's LogsService: Envoy's latency record log sends
 the records of `routing: latency` routes there, and once a second the learned weights
-move and, when they changed, go out over EDS (docs/latency-routing.md).
+move and, when they changed, go out over EDS (docs/latency-routing.md); Envoy's lane
+record log sends the records of `auto` tenants' requests, and every tick the lane
+steering moves a tenant whose usage crossed a threshold (docs/fast-lane.md, "The auto
+lane").
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from sluicegate.records import logs_handler
@@ -52,29 +56,36 @@ async def run_control_plane(
             loop.add_signal_handler(sig, stop_event.set)
     xds = xds_address or addresses.xds
     http = http_address or addresses.http
-    ads = await serve_ads(control_plane.cache, xds, handlers=[logs_handler(control_plane.latency)])
+    ads = await serve_ads(control_plane.cache, xds, handlers=[logs_handler(control_plane)])
     runner = await start_status_http(control_plane, http)
     # The config file and the key files it names: a rotated key reloads too.
     watcher = asyncio.create_task(watch_files(control_plane.watched_paths, control_plane.load))
-    weigher = asyncio.create_task(_tick_weights(control_plane))
+    weigher = asyncio.create_task(
+        _every(control_plane.latency.weighing.tick_s, control_plane.tick_weights, "latency weights")
+    )
+    steering = asyncio.create_task(
+        _every(control_plane.lanes.settings.tick_s, control_plane.tick_lanes, "auto lanes")
+    )
     log.info("control plane: xDS on %s, status on %s", xds, http)
     settle_heap()
     try:
         await stop_event.wait()
     finally:
         weigher.cancel()
+        steering.cancel()
         watcher.cancel()
         await runner.cleanup()
         await ads.stop(1.0)
     return 0
 
 
-async def _tick_weights(control_plane: ControlPlane) -> None:
-    """Once a tick, move the learned weights of `routing: latency` routes and push them."""
-    period = control_plane.latency.weighing.tick_s
+async def _every(period_s: float, tick: Callable[[], object], what: str) -> None:
+    """Call `tick` every `period_s` (the learned weights' or the auto lanes' step, each
+    pushing what it changed). A bug in one tick must stop neither the ticks nor the
+    control plane."""
     while True:
-        await asyncio.sleep(period)
+        await asyncio.sleep(period_s)
         try:
-            control_plane.tick_weights()
-        except Exception:  # a bug here must not stop the weighing, nor the control plane
-            log.exception("latency weights: a tick failed")
+            tick()
+        except Exception:
+            log.exception("%s: a tick failed", what)

@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sluicegate.config import LANE_EXACT, LANE_FAST
+from sluicegate.lanes import TenantLane
 from sluicegate.latency import ProviderWeight
 from sluicegate.stack.control_plane import ControlPlane
 from sluicegate.stack.http_site import serve_app, status_endpoint
@@ -50,6 +52,32 @@ class ControlPlaneCollector(Collector):
                     nacks.add_metric([status.node_id, type_url.rsplit(".", 1)[-1]], 1)
         yield nacks
         yield from _weight_gauges(self.cp.latency.report())
+        yield from _lane_metrics(self.cp.lanes.report())
+
+
+def _lane_metrics(report: dict[str, TenantLane]) -> Iterator[Any]:
+    """Each `auto` tenant's lane (1 for the current one), its moves, and each limit's
+    usage as a share of the limit (docs/fast-lane.md, "The auto lane")."""
+    lane = GaugeMetricFamily(
+        "sluicegate_auto_lane",
+        "An auto tenant's current lane (1) and the other (0)",
+        labels=["tenant", "lane"],
+    )
+    moves = CounterMetricFamily(
+        "sluicegate_auto_lane_moves", "Moves of an auto tenant between lanes", labels=["tenant"]
+    )
+    usage = GaugeMetricFamily(
+        "sluicegate_auto_lane_usage_ratio",
+        "An auto tenant's usage of a limit in its window, as a share of the limit",
+        labels=["tenant", "key", "kind"],
+    )
+    for tenant, state in report.items():
+        for name in (LANE_EXACT, LANE_FAST):
+            lane.add_metric([tenant, name], 1 if state.lane == name else 0)
+        moves.add_metric([tenant], state.moves)
+        for limit in state.limits:
+            usage.add_metric([tenant, limit.key or "", limit.kind], limit.fraction)
+    yield from (lane, moves, usage)
 
 
 # Gauge name, help, and the ProviderWeight field it shows (None values are left out).
@@ -109,6 +137,29 @@ def routing_document(report: dict[str, dict[str, ProviderWeight]]) -> dict[str, 
     }
 
 
+def lanes_document(report: dict[str, TenantLane]) -> dict[str, Any]:
+    """/status `lanes`: each `auto` tenant's lane, seconds in it, moves, and each limit's
+    usage in its window (`key` null: the tenant's own limit)."""
+    return {
+        tenant: {
+            "lane": state.lane,
+            "since_s": round(state.since_s, 3),
+            "moves": state.moves,
+            "limits": [
+                {
+                    "key": limit.key,
+                    "kind": limit.kind,
+                    "limit": limit.limit,
+                    "window_s": limit.window_s,
+                    "used": limit.used,
+                }
+                for limit in state.limits
+            ],
+        }
+        for tenant, state in report.items()
+    }
+
+
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
@@ -130,6 +181,7 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
         "models": [] if cp.model is None else sorted(cp.model.served),
         "drained": [] if cp.model is None else sorted(cp.model.drained),
         "routing": routing_document(cp.latency.report()),
+        "lanes": lanes_document(cp.lanes.report()),
         "nodes": [s.to_dict() for s in cp.cache.status()],
     }
 

@@ -50,6 +50,7 @@ def render_status(document: Mapping[str, Any], now: float) -> str:
         ("Providers", _providers(document)),
         ("Processes", _processes(document, now)),
         ("Admission", _admission(document)),
+        *([("Auto lane", _lanes(document))] if _mapping(document.get("lanes")) else []),
     ]
     return "\n\n".join("\n".join([title, *lines]) for title, lines in sections) + "\n"
 
@@ -266,6 +267,35 @@ def _admission(document: Mapping[str, Any]) -> list[str]:
               else "-" for c in classes),
         ))  # fmt: skip
     return [*lines, "", "  queued per class: waiting/queue size", *_table(header, rows)]
+
+
+def _lanes(document: Mapping[str, Any]) -> list[str]:
+    """Each `auto` tenant: its lane, how long, its moves, and its fullest limit."""
+    rows = []
+    for tenant, state in sorted(_mapping(document.get("lanes")).items()):
+        state = _mapping(state)
+        limits = _dicts(state.get("limits"))
+        fullest = max(
+            limits, key=lambda limit: _share(limit.get("used"), limit.get("limit")), default=None
+        )
+        usage = "-"
+        if fullest is not None:
+            owner = f"key {fullest.get('key')}" if fullest.get("key") else "tenant"
+            usage = (
+                f"{owner} {fullest.get('kind')} {_of(fullest.get('used'), fullest.get('limit'))}"
+                f" per {_number(fullest.get('window_s'))}s"
+            )
+        rows.append(
+            (tenant, str(state.get("lane", "?")), _age(float(state.get("since_s") or 0)),
+             str(state.get("moves", "?")), usage)
+        )  # fmt: skip
+    return _table(("TENANT", "LANE", "FOR", "MOVES", "FULLEST LIMIT"), rows)
+
+
+def _share(used: Any, limit: Any) -> float:
+    if isinstance(used, int | float) and isinstance(limit, int | float) and limit > 0:
+        return float(used) / float(limit)
+    return 0.0
 
 
 # -- formatting -------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ def _with_tenant(tmp_path: Path, secret: str, *, lane: str = "fast", limit: int 
         "  - name: team\n"
         f"    rate_limits: {{requests: {limit}, per: 1m}}\n"
         "    keys:\n"
-        f"      - {{name: ci, hash: \"{hash_key(CLIENT_KEY)}\"{secret}}}\n"
+        f'      - {{name: ci, hash: "{hash_key(CLIENT_KEY)}"{secret}}}\n'
     )
     path = tmp_path / "routes.yaml"
     path.write_text(MINIMAL + tenant)
@@ -179,10 +179,7 @@ def test_one_tenant_in_the_fast_lane_makes_envoy_check_every_key(tmp_path: Path)
     the exact lane's keys need their secret too; each tenant's lane is said, with why."""
     path = _with_tenant(tmp_path, "", lane="exact")
     text = path.read_text().replace("  - name: team\n", "  - name: team\n    lane: fast\n")
-    text += (
-        "  - name: other\n"
-        f"    keys: [{{name: other-key, hash: \"{hash_key('sk-sg-other')}\"}}]\n"
-    )
+    text += f'  - name: other\n    keys: [{{name: other-key, hash: "{hash_key("sk-sg-other")}"}}]\n'
     path.write_text(text)
     problems = validate_file(path, env={})
     assert [p.key_path for p in problems] == ["tenants[0].keys[0]", "tenants[1].keys[0]"]
@@ -220,3 +217,42 @@ def test_two_client_keys_may_not_be_the_same_key(tmp_path: Path) -> None:
     assert problem.key_path == "tenants[0].keys[1].secret.env"
     assert "the same key as client key 'ci'" in problem.message
     assert CLIENT_KEY not in str(problem)
+
+
+def test_the_auto_lane_needs_what_both_lanes_need(tmp_path: Path) -> None:
+    """An `auto` tenant is limited by Envoy's buckets while fast: every key's secret,
+    bucket-sized limits and whole-second windows, as the fast lane; and it is in the
+    exact lane near its limits, so routes' per-model limits are refused beside it."""
+    path = _with_tenant(tmp_path, "", lane="auto", limit=2**32)
+    problems = validate_file(path, env={})
+    assert [p.key_path for p in problems] == [
+        "tenants[0].rate_limits.requests",
+        "tenants[0].keys[0]",
+    ]
+    assert "lane auto keeps limits in Envoy's token buckets" in problems[0].message
+    assert "with lane auto Envoy checks every key" in problems[1].message
+    path = _with_tenant(tmp_path, ", secret: {env: CI}", lane="auto")
+    assert validate_file(path, env={"CI": CLIENT_KEY}) == []
+    assert describe_lanes(path) == [
+        "tenant team: lane auto (admission.lane): Envoy decides its requests while it is "
+        "far from its limits; the control plane moves it to the routing stage's sliding "
+        "windows when its usage nears them, and back"
+    ]
+    text = path.read_text().replace(
+        "    models: [m]\n", "    models: [m]\n    rate_limits: {requests: 5}\n", 1
+    )
+    path.write_text(text)
+    (problem,) = validate_file(path, env={"CI": CLIENT_KEY})
+    assert problem.key_path == "admission.lane"
+    assert "lane auto cannot yet enforce routes' per-model rate limits" in problem.message
+
+
+def test_the_auto_lanes_thresholds_are_ordered(tmp_path: Path) -> None:
+    path = _with_tenant(tmp_path, ", secret: {env: CI}", lane="auto")
+    text = path.read_text().replace(
+        "admission: {lane: auto}", "admission: {lane: auto, auto_lane: {exact_above: 0.2}}"
+    )
+    path.write_text(text)
+    (problem,) = validate_file(path, env={"CI": CLIENT_KEY})
+    assert problem.key_path == "admission.auto_lane"
+    assert "fast_below (0.25) must be below exact_above (0.2)" in problem.message

@@ -19,7 +19,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate import wire
-from sluicegate.testing import alive, children_of
+from sluicegate.testing import alive, children_of, quickstart_on_free_ports
 from sluicegate.testing.recorded_stack import stop_recorded_stack
 from tests.ports import free_ports
 
@@ -29,6 +29,22 @@ def own_addresses(**extra: Any) -> dict[str, Any]:
     ports = iter(free_ports(4))
     names = ("xds", "ext_proc", "http", "envoy_admin")
     return {**{name: f"127.0.0.1:{next(ports)}" for name in names}, **extra}
+
+
+DEMO_KEY = "sk-sluicegate-demo"  # the quickstart's demo tenant's (examples/quickstart.yaml)
+
+
+def quickstart_with_envoy_keys(tmp: Path) -> dict[str, Any]:
+    """The quickstart on free ports, ready for Envoy's key check (the fast and auto
+    lanes): the demo key's `secret` in a file, and no concurrency gates (they stay with
+    the exact lane alone)."""
+    doc = quickstart_on_free_ports(tmp)
+    for route in doc["routes"]:
+        route.pop("concurrency", None)
+    (demo,) = doc["tenants"]
+    (tmp / "keys" / "demo.client").write_text(DEMO_KEY)
+    demo["keys"][0]["secret"] = {"file": "keys/demo.client"}
+    return doc
 
 
 class Stack:

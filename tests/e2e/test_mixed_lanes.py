@@ -21,24 +21,18 @@ import pytest
 
 from sluicegate import wire
 from sluicegate.config import hash_key
-from sluicegate.testing import quickstart_on_free_ports
-from tests.e2e.stack import Stack, running_stack
+from tests.e2e.stack import DEMO_KEY, Stack, quickstart_with_envoy_keys, running_stack
 
 pytestmark = pytest.mark.e2e
 
 REQUESTS = "sluicegate_requests_total"
 MODEL = "qwen-plus"
-DEMO_KEY = "sk-sluicegate-demo"  # the quickstart's (examples/quickstart.yaml)
 QUICK_KEY = "sk-sg-e2e-quick-00000000000000000000"
 
 
 def mixed_lanes(tmp: Path) -> dict[str, Any]:
-    doc = quickstart_on_free_ports(tmp)
-    for route in doc["routes"]:
-        route.pop("concurrency", None)  # gates stay with the exact lane alone
+    doc = quickstart_with_envoy_keys(tmp)
     (demo,) = doc["tenants"]
-    (tmp / "keys" / "demo.client").write_text(DEMO_KEY)
-    demo["keys"][0]["secret"] = {"file": "keys/demo.client"}
     demo["rate_limits"] = {"requests": 3, "per": "1h"}
     (tmp / "keys" / "quick.client").write_text(QUICK_KEY)
     doc["tenants"].append(

@@ -279,7 +279,56 @@ async def turned_away_request_gives_its_request_back(h: Harness) -> None:
     assert not d.admitted
 
 
+async def a_charge_goes_over_a_full_window(h: Harness) -> None:
+    """A request admitted elsewhere (an auto tenant's fast-lane one) is charged on a full
+    window, and again on one already over it: the next reserve is refused, and `used`
+    shows every charge."""
+    tok = limit("tokens", 100)
+    req = limit("requests", 2, scope="key")
+    _, d = await h.reserve([tok, req], tokens(100))
+    assert d.admitted and [s.used for s in d.states] == [100, 1]
+    assert await h.store.charge(h.rid(), [tok, req], Usage(30, 10))
+    assert await h.store.charge(h.rid(), [tok, req], Usage(5, 0))
+    _, d = await h.reserve([tok, req], NOTHING)
+    assert not d.admitted and d.refused_by == tok and not d.too_large
+    assert [s.used for s in d.states] == [145, 3]
+    assert [s.remaining for s in d.states] == [0, 0]
+    assert d.retry_after_s is not None and 0 < d.retry_after_s <= LONG
+
+
+async def a_charge_counts_each_kind_and_leaves_with_its_window(h: Harness) -> None:
+    inp = limit("input_tokens", 10, h.short)
+    out = limit("output_tokens", 10, h.short)
+    both = limit("tokens", 10, h.short)
+    req = limit("requests", 1, h.short)
+    charge_id = h.rid()
+    assert await h.store.charge(charge_id, [inp, out, both, req], Usage(25, 0))
+    _, d = await h.reserve([inp, out, both, req], NOTHING)
+    assert not d.admitted and d.refused_by == inp
+    assert [s.used for s in d.states] == [25, 0, 25, 1]
+    assert 0 < d.states[0].reset_s <= h.short
+    assert d.states[1].reset_s == 0  # a zero charge is not written
+    assert await h.store.reconcile(charge_id, NOTHING) is False  # no reservation to change
+    await h.wait(h.short)
+    _, d = await h.reserve([inp, out, both, req], Usage(10, 0))
+    assert d.admitted and [s.used for s in d.states] == [10, 0, 10, 1]
+
+
+async def a_charge_id_is_used_once(h: Harness) -> None:
+    lim = limit("tokens", 100)
+    assert await h.store.charge("c", [lim], tokens(10))
+    with pytest.raises(DuplicateReservation):
+        await h.store.charge("c", [lim], tokens(10))
+    with pytest.raises(ValueError, match="share one counter"):
+        await h.store.charge("d", [lim, limit("tokens", 5)], tokens(1))
+    assert await h.store.charge("e", [], tokens(10))
+    assert await h.used(lim) == [10]
+
+
 CASES: list[Callable[[Harness], Awaitable[None]]] = [
+    a_charge_goes_over_a_full_window,
+    a_charge_counts_each_kind_and_leaves_with_its_window,
+    a_charge_id_is_used_once,
     turned_away_request_gives_its_request_back,
     window_admits_limit_then_refuses,
     all_or_nothing_across_limits,

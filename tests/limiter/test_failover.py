@@ -335,3 +335,37 @@ async def test_a_call_that_fails_while_redis_answers_others_is_not_redis_down(
             assert state_lines(caplog) == []
         finally:
             await store.close()
+
+
+@pytest.mark.parametrize(("on_failure", "counted"), [("fail_open", False), ("local", True)])
+async def test_a_charge_goes_to_redis_then_by_policy_while_down(
+    on_failure: OnFailure,
+    counted: bool,
+    server: RedisServer,
+    key_prefix: str,
+    observer: RecordingObserver,
+    closing: list[FailoverStore],
+) -> None:
+    """A request admitted elsewhere (model.LimiterStore.charge): over a full window in
+    Redis; while Redis is down, counted in the local store at each replica's share with
+    `local`, else dropped (and counted as dropped)."""
+    store = make_store(server, key_prefix, on_failure, observer, replicas=2)
+    closing.append(store)
+    lim = limit("tokens", 100)
+    assert (await store.reserve("full", [lim], tokens(100))).admitted
+    assert await store.charge("fast-1", [lim], tokens(30))
+    d = await store.reserve("next", [lim], NOTHING)
+    assert d.store_mode == "ok" and not d.admitted and d.states[0].used == 130
+
+    server.stop()
+    assert await store.charge("fast-2", [lim], tokens(10)) is counted  # meets the dead Redis
+    assert await store.charge("fast-3", [lim], tokens(60)) is counted  # already down
+    assert store.state == "down"
+    assert observer.failures == ["charge"]
+    assert store.dropped_charges == (0 if counted else 2)
+    d = await store.reserve("down", [lim], NOTHING)
+    if counted:
+        # The local share is 100 // 2: the 70 charged locally fill it and more.
+        assert d.store_mode == "local" and not d.admitted and d.states[0].used == 70
+    else:
+        assert d.store_mode == "fail_open" and d.admitted

@@ -1,38 +1,30 @@
-"""What a finished response is charged: one rule for the request record and the observer.
-
-When the response ends (or is cut), its reservation is reconciled to:
-- the provider's `usage` (a JSON body's, or a stream's usage event, which the routing
-  stage asks for when the client did not: filters/usage_reader.py): exactly that;
-- a stream without usage (cut by the client or the provider, or a body whose
-  `stream_options` the gateway left alone): the estimated prompt tokens and one output
-  token per event that carried text (OpenAI-compatible servers send about one token per
-  event), as Envoy counted them;
-- a JSON body without usage: the estimate stays charged;
-- an error status (4xx/5xx from the provider or from Envoy) without usage, or no response
-  at all (status 0: the client left first): nothing (the reservation is refunded:
-  providers do not bill failed requests).
+"""What a finished response is charged: the reservation reconciled by one rule
+(records/billing.py: the provider's usage, else nothing for an error or no answer, else a
+stream's counted events, else the estimate).
 
 Each reservation is charged once, by one of two: the request record (every request has
 exactly one; `charge_record`), or, for a large JSON answer (wire.META_USAGE_VIA), the
 usage observer, which parses it in Python. Such a request that got no response reaches
 no observer, so its record charges it.
+
+An `auto` tenant's request Envoy admitted in the fast lane has no reservation: its record
+charges what it was billed into the tenant's and key's exact-lane windows
+(`charge_fast_lane`), so that when the control plane moves the tenant to the exact lane
+its windows already hold what the fast lane let through (docs/admission.md).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from sluicegate import wire
-from sluicegate.records import RequestRecord
+from sluicegate.records import RequestRecord, billed, billed_record
 
 from ..limiter import Usage
 from .controller import AdmissionController
-
-SOURCE_PROVIDER: Final = "provider"
-SOURCE_COUNTED: Final = "counted"
-SOURCE_ESTIMATE: Final = "estimate"
-SOURCE_ERROR: Final = "error"
+from .keyring import ClientIdentity
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +90,47 @@ def charge_record(controller: AdmissionController, record: RequestRecord) -> str
         model=record.model,
         estimate=Usage(record.estimate_input, record.estimate_output),
     )
-    return charge(
-        controller,
-        reserved,
-        status=record.status,
-        used=provider_usage(record.input_tokens, record.output_tokens),
-        # A stream Envoy did not count (not an event stream after all) keeps its estimate.
-        counted=record.content_events if record.stream else None,
+    bill = billed_record(record)
+    return _reconcile(
+        controller, reserved, Usage(bill.input_tokens, bill.output_tokens), bill.source
     )
+
+
+def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> bool:
+    """Charge a fast-lane request of an `auto` tenant into its tenant's and key's windows
+    (the module docstring); whether it was charged. Only a record marked auto
+    (wire.META_AUTO_LANE) that the fast lane's buckets charged (`fast_lane`: an
+    exact-lane request was reserved here), of a tenant the policy knows as auto, that was
+    billed (an error or no answer was not, and is no request either). Unconditional:
+    Envoy already admitted it, so a window may go over its limit and refuse the exact
+    lane's next request. Routes' and providers' limits are not charged (the fast lane
+    counts those in its own buckets)."""
+    if not (record.auto_lane and record.fast_lane):
+        return False
+    policy = controller.policy
+    tenant = policy.tenants.get(record.tenant)
+    if tenant is None or not tenant.auto:
+        return False
+    bill = billed_record(record)
+    if bill.failed:
+        return False
+    limits = policy.client_limits(ClientIdentity(tenant.name, record.key_name))
+    if not limits:
+        return False
+    metrics = controller.metrics
+    metrics.tokens_charged.labels(tenant.name, record.model, "input").inc(bill.input_tokens)
+    metrics.tokens_charged.labels(tenant.name, record.model, "output").inc(bill.output_tokens)
+    controller.fast_lane_charges.labels(tenant.name).inc()
+    usage = Usage(bill.input_tokens, bill.output_tokens)
+    controller.spawn(controller.store().charge(uuid.uuid4().hex, limits, usage))
+    return True
+
+
+def charge_finished(controller: AdmissionController, record: RequestRecord) -> None:
+    """Everything a finished request's record charges: its reservation (`charge_record`),
+    or, for an auto tenant's fast-lane request, its windows (`charge_fast_lane`)."""
+    if charge_record(controller, record) is None:
+        charge_fast_lane(controller, record)
 
 
 def provider_usage(input_tokens: int | None, output_tokens: int | None) -> Usage | None:
@@ -126,15 +151,23 @@ def charge(
     """Reconcile `reserved` to what the response used (module docstring); the source.
     `used`: the provider's usage; `counted`: a stream's events that carried text, when
     they were counted."""
+    bill = billed(
+        status=status,
+        estimate_input=reserved.estimate.input_tokens,
+        estimate_output=reserved.estimate.output_tokens,
+        used=None if used is None else (used.input_tokens, used.output_tokens),
+        counted=counted,
+    )
+    return _reconcile(
+        controller, reserved, Usage(bill.input_tokens, bill.output_tokens), bill.source
+    )
+
+
+def _reconcile(
+    controller: AdmissionController, reserved: Reserved, actual: Usage, source: str
+) -> str:
+    """Count what `reserved` is charged and reconcile its reservation to `actual`."""
     estimate = reserved.estimate
-    if used is not None:
-        actual, source = used, SOURCE_PROVIDER
-    elif status >= 400 or status == 0:
-        actual, source = Usage(0, 0), SOURCE_ERROR
-    elif counted is not None:
-        actual, source = Usage(estimate.input_tokens, counted), SOURCE_COUNTED
-    else:
-        actual, source = estimate, SOURCE_ESTIMATE
     metrics = controller.metrics
     tenant, model = reserved.tenant, reserved.model
     metrics.usage_source.labels(source).inc()

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
+from prometheus_client import Counter
+
 from ..limiter import FailoverStore, LimiterStore, MemoryStore, RedisStore
 from ..queueing import PriorityGate
 from .metrics import AdmissionMetrics, StoreMetrics
@@ -40,7 +42,15 @@ def make_store(settings: StoreSettings, metrics: AdmissionMetrics) -> LimiterSto
 
 
 class AdmissionController:
-    __slots__ = ("_background", "_gates", "_store", "_store_settings", "metrics", "policy")
+    __slots__ = (
+        "_background",
+        "_gates",
+        "_store",
+        "_store_settings",
+        "fast_lane_charges",
+        "metrics",
+        "policy",
+    )
 
     def __init__(
         self, policy: AdmissionPolicy | None = None, metrics: AdmissionMetrics | None = None
@@ -52,6 +62,14 @@ class AdmissionController:
         self._store_settings: StoreSettings | None = None
         self._background: set[asyncio.Task[object]] = set()
         self.metrics.watch_gates(lambda: self._gates)
+        # Labelled by declared `auto` tenants only (charge.charge_fast_lane checks): bounded.
+        self.fast_lane_charges = Counter(
+            "sluicegate_fast_lane_charges",
+            "Requests of auto tenants admitted by Envoy in the fast lane and charged into "
+            "their exact-lane windows",
+            ["tenant"],
+            registry=self.metrics.registry,
+        )
         if policy is not None:
             self.update(policy)
 
@@ -92,6 +110,11 @@ class AdmissionController:
         self._background.add(task)
         task.add_done_callback(self._finished)
 
+    async def settled(self) -> None:
+        """Wait until every background task started so far has ended (tests, shutdown)."""
+        while self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
     def _finished(self, task: asyncio.Task[object]) -> None:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -115,8 +138,7 @@ class AdmissionController:
         }
 
     async def close(self) -> None:
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        await self.settled()
         if self._store is not None:
             await self._store.close()
             self._store = None

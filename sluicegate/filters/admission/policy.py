@@ -32,6 +32,9 @@ class TenantPolicy:
     priority: str
     allowed_models: frozenset[str] | None  # None: every served model
     limits: tuple[Limit, ...]
+    # Declared `auto` (model.Tenant.auto): its requests' records say so (record.py), and
+    # those Envoy admitted in the fast lane are charged into its windows here (charge.py).
+    auto: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,17 +100,18 @@ class AdmissionPolicy:
         self, identity: ClientIdentity | None, route: str, model: str
     ) -> tuple[Limit, ...]:
         """Every limit a request reserves on: its tenant's, its key's, its model's."""
-        found: tuple[Limit, ...] = ()
-        if identity is not None:
-            tenant = self.tenants.get(identity.tenant)
-            if tenant is not None:
-                found += tenant.limits
-            found += self.key_limits.get(identity.key, ())
+        found: tuple[Limit, ...] = () if identity is None else self.client_limits(identity)
         route_policy = self.routes.get(route)
         if route_policy is not None:
             found += route_policy.model_limits.get(model, ())
             found += route_policy.provider_limits
         return found
+
+    def client_limits(self, identity: ClientIdentity) -> tuple[Limit, ...]:
+        """The limits of the client alone: its tenant's, then its key's."""
+        tenant = self.tenants.get(identity.tenant)
+        found: tuple[Limit, ...] = () if tenant is None else tenant.limits
+        return found + self.key_limits.get(identity.key, ())
 
     def class_rank(self, name: str) -> int | None:
         """0 for the top class; None for an undeclared one."""
@@ -190,6 +194,7 @@ def admission_policy(gateway: Gateway) -> AdmissionPolicy:
                 priority=t.priority,
                 allowed_models=t.models,
                 limits=_limits(SCOPE_TENANT, t.name, t.rate_limits),
+                auto=t.auto,
             )
             for t in tenants
         },

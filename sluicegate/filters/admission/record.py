@@ -4,9 +4,10 @@ Every request the routing stage answers or passes on leaves, in Envoy's dynamic 
 (namespace wire.METADATA_NAMESPACE), as much as it knew by its last answer: the tenant
 (`anonymous` without a key), the key's name (never the key), the model as asked, the
 priority class, the scenario, the time queued at gates, whether a stream was asked for,
-and the OpenAI error `code` of an answer it made itself. Envoy keeps metadata returned
-with an immediate response too (checked on Envoy 1.40), so refusals are recorded like
-admitted requests; the access log reads it from there (docs/admission.md, "What the
+the OpenAI error `code` of an answer it made itself, and, for an `auto` tenant,
+wire.META_AUTO_LANE (a boolean, as the fast lane's model reader writes it). Envoy keeps
+metadata returned with an immediate response too (checked on Envoy 1.40), so refusals are
+recorded like admitted requests; the access log reads it from there (docs/admission.md, "What the
 request record learns from the routing stage").
 
 The metadata is written once per request, on the stage's last answer, from entries built
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 from typing import Final
+
+from google.protobuf import struct_pb2
 
 from sluicegate import wire
 
@@ -45,6 +48,18 @@ _STREAM: Final = {
 }
 
 
+def _true_field(key: str) -> bytes:
+    """An entry whose value is the Struct boolean `true` (not the text "true")."""
+    entry = struct_pb2.Struct()
+    entry.fields[key].bool_value = True
+    serialized: bytes = entry.SerializeToString()
+    return serialized
+
+
+# A request of an `auto` tenant, as the model reader marks one in the fast lane.
+_AUTO_LANE: Final = _true_field(wire.META_AUTO_LANE)
+
+
 def scenario_of(route_scenario: str, asked: str | None, declared: frozenset[str]) -> str:
     """The request's scenario: the one the client asked for (wire.SCENARIO_HEADER) when it
     is declared, else its route's. An undeclared or malformed value is ignored: a header
@@ -66,14 +81,16 @@ def record_fields(
     scenario: str,
     queued_s: float,
     stream: bool | None,
+    auto_lane: bool = False,
 ) -> bytes:
     """The record's entries (responses.metadata_fields, concatenated). `None` is unknown at
-    this point and left out; `routed`: `model` is one a route serves (so from the config).
-    A routed request that did not queue, most of them, takes its entries whole from a
-    cache: every value then comes from the config."""
+    this point and left out; `routed`: `model` is one a route serves (so from the config);
+    `auto_lane`: the tenant is `auto` (wire.META_AUTO_LANE). A routed request that did not
+    queue, most of them, takes its entries whole from a cache: every value then comes from
+    the config."""
     if routed and queued_s <= 0:
-        return _routed_fields(tenant, key_name, model, priority, scenario, stream)
-    return _fields(tenant, key_name, model, routed, priority, scenario, queued_s, stream)
+        return _routed_fields(tenant, key_name, model, priority, scenario, stream, auto_lane)
+    return _fields(tenant, key_name, model, routed, priority, scenario, queued_s, stream, auto_lane)
 
 
 @lru_cache(maxsize=4096)
@@ -84,8 +101,9 @@ def _routed_fields(
     priority: str,
     scenario: str,
     stream: bool | None,
+    auto_lane: bool = False,
 ) -> bytes:
-    return _fields(tenant, key_name, model, True, priority, scenario, 0.0, stream)
+    return _fields(tenant, key_name, model, True, priority, scenario, 0.0, stream, auto_lane)
 
 
 def _fields(
@@ -97,6 +115,7 @@ def _fields(
     scenario: str,
     queued_s: float,
     stream: bool | None,
+    auto_lane: bool = False,
 ) -> bytes:
     fields = [
         known_field(wire.META_TENANT, tenant),
@@ -115,6 +134,8 @@ def _fields(
         )
     if stream is not None:
         fields.append(_STREAM[stream])
+    if auto_lane:
+        fields.append(_AUTO_LANE)
     return b"".join(fields)
 
 

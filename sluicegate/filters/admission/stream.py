@@ -496,6 +496,7 @@ class AdmissionStream:
             scenario=self._scenario,
             queued_s=self._queued_s,
             stream=self._stream,
+            auto_lane=self._auto_tenant(),
         )
 
     def _refuse(self, outcome_name: str, priority: str, answer: bytes) -> bytes:
@@ -520,6 +521,11 @@ class AdmissionStream:
         if self._identity is None:
             return None
         return self._policy.tenants.get(self._identity.tenant)
+
+    def _auto_tenant(self) -> bool:
+        """Whether the request's tenant is `auto` (its record says so: record.py)."""
+        tenant = self._tenant()
+        return tenant is not None and tenant.auto
 
     def _tenant_label(self) -> str:
         return self._identity.tenant if self._identity is not None else ANONYMOUS

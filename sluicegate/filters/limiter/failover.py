@@ -82,6 +82,7 @@ class FailoverStore:
         self._last_answer = float("-inf")  # perf_counter when Redis last answered a call
         self._probe: asyncio.Task[None] | None = None
         self._dropped_reconciles = 0
+        self._dropped_charges = 0
 
     @property
     def state(self) -> State:
@@ -92,6 +93,12 @@ class FailoverStore:
         """Reconciles not applied because Redis was down. For a reservation made in
         Redis its charge stays at the estimate until it leaves the window."""
         return self._dropped_reconciles
+
+    @property
+    def dropped_charges(self) -> int:
+        """Charges (model.LimiterStore.charge) not counted anywhere: Redis was down and
+        on_failure is not `local`."""
+        return self._dropped_charges
 
     async def reserve(
         self, reservation_id: str, limits: Sequence[Limit], estimate: Usage
@@ -128,6 +135,26 @@ class FailoverStore:
                 self._latency("reconcile", started)
         self._dropped_reconciles += 1
         return False
+
+    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
+        """In Redis; while it is down, with `local`, in the local store at each limit's
+        share (as the fallback decides), else dropped (nothing counts while down)."""
+        check_request(charge_id, limits)
+        if self._state == "up":
+            started = time.perf_counter()
+            try:
+                await self._primary.charge(charge_id, limits, usage)
+            except StoreUnavailable as exc:
+                self._failed("charge", exc, started)
+            else:
+                self._answered()
+                return True
+            finally:
+                self._latency("charge", started)
+        if self._on_failure != "local":
+            self._dropped_charges += 1
+            return False
+        return await self._local.charge(charge_id, [self._share(lim) for lim in limits], usage)
 
     async def close(self) -> None:
         if self._probe is not None:

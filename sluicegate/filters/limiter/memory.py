@@ -197,6 +197,23 @@ class MemoryStore:
         self._records[reservation_id] = (t, charges, expires_us, True)
         return True
 
+    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
+        """Add `usage` to every limit's log now, unchecked (model.LimiterStore.charge)."""
+        check_request(charge_id, limits)
+        now = self._now_us()
+        self._housekeep(now)
+        charges = [
+            (self._log(limit, now), amount)
+            for limit in limits
+            if (amount := usage.amount(limit.kind)) > 0
+        ]
+        # Logs are keyed by id: a reused one would replace a charge, not add one.
+        if any(charge_id in log.charges for log, _ in charges):
+            raise DuplicateReservation(f"charge id {charge_id!r} is in use")
+        for log, amount in charges:
+            log.add(charge_id, now, amount)
+        return True
+
     async def close(self) -> None:
         self._logs.clear()
         self._records.clear()

@@ -139,7 +139,8 @@ class Decision:
 
 
 class LimiterStore(Protocol):
-    """Reserve before forwarding a request, reconcile when its usage is known."""
+    """Reserve before forwarding a request, reconcile when its usage is known; charge a
+    request admitted elsewhere."""
 
     async def reserve(
         self, reservation_id: str, limits: Sequence[Limit], estimate: Usage
@@ -147,11 +148,19 @@ class LimiterStore(Protocol):
 
     async def reconcile(self, reservation_id: str, actual: Usage) -> bool: ...
 
+    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
+        """Count `usage` on every limit now, whatever the windows hold: a request another
+        lane already admitted (an `auto` tenant's fast-lane request, counted into its
+        exact-lane windows), so a window may go over its limit. Never refused, never
+        reconciled (no record is kept). False when nothing was counted (FailoverStore
+        while Redis is down, unless it counts locally). `charge_id` must be unique."""
+        ...
+
     async def close(self) -> None: ...
 
 
 class StoreObserver(Protocol):
-    """Metrics hooks; `op` is "reserve" or "reconcile", `state` "up" or "down"."""
+    """Metrics hooks; `op` is "reserve", "reconcile" or "charge", `state` "up" or "down"."""
 
     def store_latency(self, op: str, seconds: float) -> None: ...
 

@@ -32,7 +32,7 @@ from .model import (
     Usage,
     check_request,
 )
-from .scripts import RECONCILE, RESERVE, Script
+from .scripts import CHARGE, RECONCILE, RESERVE, Script
 
 # Status codes in the reserve script's reply.
 _ADMITTED, _REFUSED, _TOO_LARGE, _ID_IN_USE = 1, 0, 2, -1
@@ -164,6 +164,18 @@ class RedisStore:
             ],
         )
         return int(reply) == 1
+
+    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
+        """Add `usage` to every limit's log now, unchecked (model.LimiterStore.charge)."""
+        check_request(charge_id, limits)
+        keys: list[str] = []
+        args: list[str | int] = [charge_id]
+        for limit in limits:
+            keys += (f"{self._base}l:{limit.key}", f"{self._base}t:{limit.key}")
+            args += (usage.amount(limit.kind), limit.window_ms)
+        if keys and int(await self._measured("charge", CHARGE, keys, args)) == _ID_IN_USE:
+            raise DuplicateReservation(f"charge id {charge_id!r} is in use")
+        return True
 
     async def drop_connections(self) -> None:
         """Close every pooled connection: after Redis restarts, the old ones would each

@@ -14,6 +14,9 @@ since the epoch fit in a double (< 2^53) and numbers passed to redis.call are
 formatted exactly; only Lua's tostring/.. would round, so they are never applied
 to times.
 
+The charge script (a request admitted elsewhere, counted unchecked) writes log entries
+and totals as reserve does, but no record.
+
 The reconcile script is given only the record key; it reads the limit keys from
 the record. They share the record's slot, so this is safe on Cluster too.
 """
@@ -39,7 +42,8 @@ class Script:
         return cls(source, hashlib.sha1(source.encode()).hexdigest())
 
 
-# Shared helpers: the time, a member's amount, and the total as the log stands.
+# Shared helpers: the time, a member's amount, the total as the log stands, and the
+# total once the charges that left the window are dropped.
 _COMMON: Final = r"""
 if redis.replicate_commands then redis.replicate_commands() end
 local clock = redis.call('TIME')
@@ -59,17 +63,6 @@ local function read_total(log, total_key)
   end
   return sum
 end
-"""
-
-RESERVE_SOURCE: Final = (
-    _COMMON
-    + r"""
--- KEYS: log_1, total_1, ..., log_n, total_n, record
--- ARGV: rid, record JSON, then per limit: amount, limit, window ms
-local rid = ARGV[1]
-local n = (#KEYS - 1) / 2
-local record = KEYS[#KEYS]
-if redis.call('EXISTS', record) == 1 then return {-1} end
 
 -- Rule "exact sliding window": a charge at t counts while now < t + window.
 -- Drops the charges that left and answers the total of those that remain.
@@ -91,6 +84,18 @@ local function pruned_total(log, total_key, window)
   end
   return total
 end
+"""
+
+RESERVE_SOURCE: Final = (
+    _COMMON
+    + r"""
+-- KEYS: log_1, total_1, ..., log_n, total_n, record
+-- ARGV: rid, record JSON, then per limit: amount, limit, window ms
+local rid = ARGV[1]
+local n = (#KEYS - 1) / 2
+local record = KEYS[#KEYS]
+if redis.call('EXISTS', record) == 1 then return {-1} end
+
 
 local logs, totals, amounts, limits, windows, used = {}, {}, {}, {}, {}, {}
 for i = 1, n do
@@ -223,5 +228,36 @@ return 1
 """
 )
 
+CHARGE_SOURCE: Final = (
+    _COMMON
+    + r"""
+-- KEYS: log_1, total_1, ..., log_n, total_n.  ARGV: id, then per limit: amount, window ms
+-- A request admitted elsewhere (an auto tenant's fast-lane one): charged now on every
+-- limit whatever it holds, with no record (it is never reconciled).
+-- Reply: 1, or -1 (nothing written) when a log already holds a charge of this id.
+local rid = ARGV[1]
+local n = #KEYS / 2
+for i = 1, n do
+  local amount = tonumber(ARGV[2 * i])
+  local member = string.format('%d:%s', amount, rid)
+  if amount > 0 and redis.call('ZSCORE', KEYS[2 * i - 1], member) then return -1 end
+end
+for i = 1, n do
+  local log, total_key = KEYS[2 * i - 1], KEYS[2 * i]
+  local amount = tonumber(ARGV[2 * i])
+  local window = tonumber(ARGV[2 * i + 1]) * 1000
+  if amount > 0 then
+    local used = pruned_total(log, total_key, window) + amount
+    local ttl_ms = window / 1000
+    redis.call('ZADD', log, now, string.format('%d:%s', amount, rid))
+    redis.call('PEXPIRE', log, ttl_ms)
+    redis.call('SET', total_key, used, 'PX', ttl_ms)
+  end
+end
+return 1
+"""
+)
+
 RESERVE: Final = Script.of(RESERVE_SOURCE)
 RECONCILE: Final = Script.of(RECONCILE_SOURCE)
+CHARGE: Final = Script.of(CHARGE_SOURCE)

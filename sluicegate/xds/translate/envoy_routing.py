@@ -102,12 +102,12 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
     if gateway.admission.keys_checked_by_envoy:
         configs.append((CLIENT_KEYS_FILTER, client_keys_config(gateway)))
     if gateway.admission.routed_by_envoy:
-        fast = [t for t in gateway.tenants if t.fast]
+        fast = [t for t in gateway.tenants if t.in_fast_lane_ever]
         # Every tenant, whatever its lane: moving one between lanes changes only the key
         # check.
         reader = lua(model_reader_lua(
             gateway.admission.default_max_tokens,
-            {t.name: TenantFacts(t.priority, t.models) for t in gateway.tenants},
+            {t.name: TenantFacts(t.priority, t.models, t.auto) for t in gateway.tenants},
             max_output_tokens=gateway.admission.max_output_tokens,
             estimates=charges_estimates(fast, gateway.routes),
             asks_usage=frozenset(

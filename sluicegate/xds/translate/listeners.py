@@ -73,7 +73,7 @@ from .envoy_routing import key_check_filters, routing_filters
 from .error_bodies import error_body_filter
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
-from .record_log import latency_access_log, record_access_log
+from .record_log import lane_access_log, latency_access_log, record_access_log
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
 from .usage import usage_filters
 
@@ -242,10 +242,12 @@ def _http_connection_manager(
         # Every request's record: /metrics, the JSON access log, and the charge of its
         # reservation (docs/metrics.md).
         # With a `routing: latency` route, the records of those routes also go to the
-        # control plane (record_log.py, docs/latency-routing.md).
+        # control plane (record_log.py, docs/latency-routing.md); with an `auto` tenant,
+        # the records of its requests (docs/fast-lane.md, "The auto lane").
         access_log=[
             record_access_log(),
             *([latency_access_log()] if learns_weights else []),
+            *([lane_access_log()] if any(t.auto for t in gateway.tenants) else []),
         ],
     )
 

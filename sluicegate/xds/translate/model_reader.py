@@ -60,11 +60,13 @@ META_BODY_PROBLEM: Final = "body_problem"
 
 @dataclass(frozen=True, slots=True)
 class TenantFacts:
-    """What the reader knows of one tenant: its priority class and the models it may use
-    (None: every served model)."""
+    """What the reader knows of one tenant: its priority class, the models it may use
+    (None: every served model), and whether it is `auto` (its charged requests are marked
+    wire.META_AUTO_LANE, for the lane log)."""
 
     priority: str
     models: frozenset[str] | None
+    auto: bool = False
 
 
 def _lua_string(value: str) -> str:
@@ -85,9 +87,10 @@ def _lua_tenants(tenants: Mapping[str, TenantFacts]) -> str:
             if facts.models is None
             else "{" + ", ".join(f"[{_lua_string(m)}] = true" for m in sorted(facts.models)) + "}"
         )
+        auto = ", auto = true" if facts.auto else ""
         rows.append(
             f"  [{_lua_string(name)}] = {{name = {_lua_string(name)}, "
-            f"priority = {_lua_string(facts.priority)}, models = {models}}},"
+            f"priority = {_lua_string(facts.priority)}, models = {models}{auto}}},"
         )
     return "{\n" + "\n".join(rows) + "\n}" if rows else "{}"
 
@@ -371,6 +374,8 @@ function envoy_on_request(handle)
   end
   -- Last: the buckets charge a request only once all it is charged by is written.
   if tenant ~= nil then
+    -- An auto tenant's charged request: its record goes to the control plane too.
+    if tenant.auto then meta:set(NAMESPACE, "{wire.META_AUTO_LANE}", true) end
     meta:set(NAMESPACE, "{wire.META_CHARGED_TENANT}", tenant.name)
   end
   -- Fetched again: a wrapper taken before body() is void once the body was awaited.

@@ -24,6 +24,11 @@ xDS cluster, whose gRPC server also serves the LogsService), and only for reques
 latency route's provider answered: a CEL filter on that host's endpoint metadata
 (wire.META_ROUTING, endpoints.py). Both loggers are built from RECORD_FORMATS by one
 function, so a field's format string is written once (docs/latency-routing.md).
+
+A third, only on listeners of a config with an `auto` tenant, sends the records of those
+tenants' charged requests (metadata wire.META_AUTO_LANE, written by the model reader in the
+fast lane and by the routing stage in the exact lane) to the control plane's lane steering
+(docs/fast-lane.md, "The auto lane").
 """
 
 from __future__ import annotations
@@ -87,6 +92,10 @@ LATENCY_FILTER_EXPRESSION: Final = (
     f"['{wire.META_ROUTING}'] == '{wire.ROUTING_LATENCY}'"
 )
 CEL_ACCESS_LOG_FILTER: Final = "envoy.access_loggers.extension_filters.cel"
+# Requests of `auto` tenants. Without the metadata the expression errs: nothing is logged.
+LANE_FILTER_EXPRESSION: Final = (
+    f"metadata.filter_metadata['{wire.METADATA_NAMESPACE}']['{wire.META_AUTO_LANE}'] == true"
+)
 
 
 def record_access_log() -> accesslog_pb2.AccessLog:
@@ -99,10 +108,22 @@ def latency_access_log() -> accesslog_pb2.AccessLog:
     """The records of requests a `routing: latency` route's provider answered, with only
     the fields of wire.LATENCY_LAYOUT, to the control plane's LogsService over the xDS
     cluster."""
-    log = _otel_access_log(wire.LATENCY_LOG_NAME, wire.XDS_CLUSTER)
+    return _filtered(
+        _otel_access_log(wire.LATENCY_LOG_NAME, wire.XDS_CLUSTER), LATENCY_FILTER_EXPRESSION
+    )
+
+
+def lane_access_log() -> accesslog_pb2.AccessLog:
+    """The records of `auto` tenants' requests, with only the fields of wire.LANE_LAYOUT,
+    to the control plane's LogsService over the xDS cluster (its lane steering)."""
+    return _filtered(_otel_access_log(wire.LANE_LOG_NAME, wire.XDS_CLUSTER), LANE_FILTER_EXPRESSION)
+
+
+def _filtered(log: accesslog_pb2.AccessLog, expression: str) -> accesslog_pb2.AccessLog:
+    """`log` for the requests the CEL `expression` holds for alone."""
     log.filter.extension_filter.name = CEL_ACCESS_LOG_FILTER
     log.filter.extension_filter.typed_config.CopyFrom(
-        pack(cel_pb2.ExpressionFilter(expression=LATENCY_FILTER_EXPRESSION))
+        pack(cel_pb2.ExpressionFilter(expression=expression))
     )
     return log
 

@@ -1,0 +1,360 @@
+"""The `auto` lane at the ext_proc servers (issue 12): the routing stage marks an auto
+tenant's requests (wire.META_AUTO_LANE, a Struct boolean), and the record of a request
+Envoy admitted in the fast lane charges the tenant's and key's exact-lane windows
+(charge.charge_fast_lane), so a tenant moved to the exact lane finds them already holding
+what the fast lane let through. Real stores: memory, and Redis behind its failover."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+from sluicegate import wire
+from sluicegate.filters import ExtProcServer
+from sluicegate.filters.admission import (
+    AdmissionController,
+    AdmissionPolicy,
+    ClientIdentity,
+    StoreSettings,
+    admission_policy,
+    charge_fast_lane,
+    charge_finished,
+)
+from sluicegate.filters.limiter import Limit, Usage
+from sluicegate.model import Gateway
+from sluicegate.records import decode
+from tests.redis_server import RedisServer
+
+from ..records.helpers import export_of, log_record
+from .admission_helpers import (
+    HEAD,
+    Stream,
+    chat_body,
+    hashed,
+    immediate,
+    model_of,
+    sample,
+    wait_until,
+)
+from .helpers import CHANNEL_OPTIONS
+
+TEAM = "sk-auto-team-0001"
+OTHER = "sk-auto-other-0002"
+ROUTES = """\
+routes:
+  - name: chat
+    models: [gpt-4o]
+    rate_limits: {tokens: 1000000, per: 1m}
+    backends: [{provider: alpha}, {provider: beta}]
+"""
+CONFIG = (
+    HEAD
+    + ROUTES
+    + f"""\
+tenants:
+  - name: team
+    rate_limits: {{requests: 5, tokens: 1000, per: 1m}}
+    keys:
+      - {{name: team-key, hash: "{hashed(TEAM)}", rate_limits: {{tokens: 500, per: 1m}}}}
+  - name: other
+    rate_limits: {{requests: 5, tokens: 1000, per: 1m}}
+    keys: [{{name: other-key, hash: "{hashed(OTHER)}"}}]
+"""
+)
+IDENTITY = ClientIdentity("team", "team-key")
+
+
+def auto_gateway(text: str, *auto: str) -> Gateway:
+    """The resolved model with the tenants `auto` declared auto (model.Tenant.auto)."""
+    gateway = model_of(text)
+    tenants = tuple(
+        dataclasses.replace(tenant, auto=tenant.name in auto) for tenant in gateway.tenants
+    )
+    return dataclasses.replace(gateway, tenants=tenants)
+
+
+def auto_policy(text: str = CONFIG, *, store: StoreSettings | None = None) -> AdmissionPolicy:
+    policy = admission_policy(auto_gateway(text, "team"))
+    return policy if store is None else dataclasses.replace(policy, store=store)
+
+
+def fast_lane_fields(
+    *,
+    tenant: str = "team",
+    key: str = "team-key",
+    status: int = 200,
+    usage: dict[str, Any] | None = None,
+    auto: bool = True,
+    reservation: str | None = None,
+    fast_lane: bool = True,
+) -> dict[str, str]:
+    """A fast-lane request's record as Envoy sends it: the model reader's metadata (the
+    estimate as decimal text, auto_lane a JSON boolean, the charged tenant; no
+    reservation). `fast_lane` False: an exact-lane request's (no charged tenant)."""
+    meta: dict[str, Any] = {
+        wire.META_TENANT: tenant,
+        wire.META_KEY_NAME: key,
+        wire.META_MODEL: "gpt-4o",
+        wire.META_STREAM: False,
+        wire.META_ESTIMATE_INPUT: "20",
+        wire.META_ESTIMATE_OUTPUT: "100",
+    }
+    if fast_lane:
+        meta[wire.META_CHARGED_TENANT] = tenant
+    if auto:
+        meta[wire.META_AUTO_LANE] = True
+    if reservation is not None:
+        meta[wire.META_RESERVATION] = reservation
+    fields = {wire.RECORD_STATUS: str(status), wire.RECORD_METADATA: json.dumps(meta)}
+    if usage is not None:
+        fields[wire.RECORD_USAGE] = json.dumps(usage)
+    return fields
+
+
+USAGE = {"prompt_tokens": 30, "completion_tokens": 10}
+
+
+def fast_lane_record(**fields: Any) -> Any:
+    return decode(log_record(fast_lane_fields(**fields)), {})
+
+
+async def used(controller: AdmissionController, limits: tuple[Limit, ...]) -> list[int]:
+    """What the token limits among `limits` hold now (read by a reservation of nothing)."""
+    probe = [limit for limit in limits if limit.kind != "requests"]
+    decision = await controller.store().reserve(uuid.uuid4().hex, probe, Usage(0, 0))
+    return [state.used for state in decision.states]
+
+
+def tenant_limit(policy: AdmissionPolicy, kind: str) -> Limit:
+    return next(limit for limit in policy.tenants["team"].limits if limit.kind == kind)
+
+
+@pytest.fixture
+async def controller() -> AsyncIterator[AdmissionController]:
+    held = AdmissionController(auto_policy())
+    yield held
+    await held.close()
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[AdmissionController]:
+    """A controller on the memory store, then on Redis behind its failover."""
+    store = None
+    if request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        store = StoreSettings(kind="redis", url=server.url, key_prefix=uuid.uuid4().hex[:12])
+    held = AdmissionController(auto_policy(store=store))
+    yield held
+    await held.close()
+
+
+# ----- the policy --------------------------------------------------------------------------
+
+
+def test_the_policy_knows_which_tenants_are_auto() -> None:
+    policy = auto_policy()
+    assert policy.tenants["team"].auto and not policy.tenants["other"].auto
+    assert not admission_policy(model_of(CONFIG)).tenants["team"].auto
+    # The client's own limits: the tenant's, then the key's; no route's.
+    assert [(limit.scope, limit.kind) for limit in policy.client_limits(IDENTITY)] == [
+        ("tenant", "requests"),
+        ("tenant", "tokens"),
+        ("key", "tokens"),
+    ]
+
+
+# ----- the fast lane's records charge the exact lane's windows ----------------------------
+
+
+async def test_a_fast_lane_request_goes_over_a_full_window_and_the_next_is_refused(
+    any_store: AdmissionController,
+) -> None:
+    """The tenant's token window full to its limit, a fast-lane request's record charges
+    what it was billed on top (Envoy admitted it: nothing refuses it), a second one on a
+    window already over; the exact lane's next reservation is refused, and `used` shows
+    both charges. The key's limit is charged too; the route's per-model limit is not."""
+    held = any_store
+    policy = held.policy
+    tokens = tenant_limit(policy, "tokens")
+    fill = await held.store().reserve("fill", (tokens,), Usage(1000, 0))
+    assert fill.admitted and fill.states[0].used == 1000
+    assert charge_fast_lane(held, fast_lane_record(usage=USAGE))
+    assert charge_fast_lane(
+        held, fast_lane_record(usage={"prompt_tokens": 5, "completion_tokens": 0})
+    )
+    await held.settled()
+
+    limits = policy.limits_for(IDENTITY, "chat", "gpt-4o")
+    decision = await held.store().reserve("next", limits, Usage(1, 1))
+    assert not decision.admitted and decision.refused_by == tokens and not decision.too_large
+    by_scope = {(s.limit.scope, s.limit.kind): s.used for s in decision.states}
+    assert by_scope == {
+        ("tenant", "requests"): 2,
+        ("tenant", "tokens"): 1045,
+        ("key", "tokens"): 45,
+        ("model", "tokens"): 0,
+    }
+    registry = held.metrics.registry
+    assert sample(registry, "sluicegate_fast_lane_charges_total", {"tenant": "team"}) == 2
+    labels = {"tenant": "team", "model": "gpt-4o"}
+    assert sample(registry, "sluicegate_tokens_charged_total", {**labels, "type": "input"}) == 35
+    assert sample(registry, "sluicegate_tokens_charged_total", {**labels, "type": "output"}) == 10
+    # Nothing here is a reservation's report (sluicegate_usage_reports_total counts those).
+    assert sample(registry, "sluicegate_usage_reports_total", {"source": "provider"}) == 0
+
+
+async def test_without_usage_a_fast_lane_request_is_charged_its_estimate(
+    controller: AdmissionController,
+) -> None:
+    assert charge_fast_lane(controller, fast_lane_record())
+    await controller.settled()
+    assert await used(controller, controller.policy.client_limits(IDENTITY)) == [120, 120]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"tenant": "other", "key": "other-key"}, id="a tenant not auto"),
+        pytest.param({"tenant": "stranger"}, id="a tenant the policy does not know"),
+        pytest.param({"auto": False}, id="not marked auto"),
+        pytest.param({"fast_lane": False}, id="the exact lane's own, requests only"),
+        pytest.param(
+            {"fast_lane": False, "reservation": "rid-1"}, id="the exact lane's own, reserved"
+        ),
+        pytest.param({"status": 429, "usage": None}, id="an error"),
+        pytest.param({"status": 0, "usage": None}, id="no answer"),
+        pytest.param({"status": 503, "usage": None}, id="a provider's error"),
+    ],
+)
+async def test_what_is_not_a_billed_fast_lane_request_of_an_auto_tenant_charges_nothing(
+    controller: AdmissionController, fields: dict[str, Any]
+) -> None:
+    record = fast_lane_record(**{"usage": USAGE, **fields})
+    assert not charge_fast_lane(controller, record)
+    await controller.settled()
+    policy = controller.policy
+    for name in ("team", "other"):
+        limits = policy.client_limits(ClientIdentity(name, f"{name}-key"))
+        assert await used(controller, limits) == [0] * (len(limits) - 1)
+    assert (
+        sample(
+            controller.metrics.registry, "sluicegate_fast_lane_charges_total", {"tenant": "team"}
+        )
+        == 0
+    )
+
+
+async def test_an_exact_lane_request_of_an_auto_tenant_is_reconciled_not_charged_again(
+    controller: AdmissionController,
+) -> None:
+    """Its reservation holds its charge: the record reconciles it (charge_record), and
+    charge_finished does not charge it a second time."""
+    limits = controller.policy.client_limits(IDENTITY)
+    await controller.store().reserve("rid-1", limits, Usage(20, 100))
+    charge_finished(controller, fast_lane_record(usage=USAGE, reservation="rid-1", fast_lane=False))
+    await controller.settled()
+    assert await used(controller, limits) == [40, 40]
+    registry = controller.metrics.registry
+    assert sample(registry, "sluicegate_usage_reports_total", {"source": "provider"}) == 1
+    assert sample(registry, "sluicegate_fast_lane_charges_total", {"tenant": "team"}) == 0
+
+
+async def test_the_server_charges_fast_lane_records_it_takes_over_grpc() -> None:
+    """LogsService.Export on the ext_proc server, as Envoy calls it: a fast-lane record of
+    an auto tenant fills its exact-lane window over the limit, so the routing stage's
+    next request of that tenant is refused 429."""
+    async with ExtProcServer() as server:
+        server.load(auto_gateway(CONFIG, "team"))
+        admission = server.admission
+        tokens = tenant_limit(admission.policy, "tokens")
+        assert (await admission.store().reserve("fill", (tokens,), Usage(990, 0))).admitted
+        export = export_of(log_record(fast_lane_fields(usage=USAGE)))
+        async with grpc.aio.insecure_channel(server.address, options=CHANNEL_OPTIONS) as channel:
+            call = channel.unary_unary(
+                "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+                request_serializer=logs_service_pb2.ExportLogsServiceRequest.SerializeToString,
+                response_deserializer=logs_service_pb2.ExportLogsServiceResponse.FromString,
+            )
+            await call(export)
+            registry = admission.metrics.registry
+            labels = {"tenant": "team"}
+            await wait_until(
+                lambda: sample(registry, "sluicegate_fast_lane_charges_total", labels) == 1
+            )
+            await admission.settled()
+            assert await used(admission, (tokens,)) == [1030]
+            # The routing stage now refuses the tenant's smallest request.
+            stream = Stream(channel)
+            await stream.headers(TEAM)
+            answer = await stream.body(chat_body("gpt-4o", max_tokens=1))
+            status, error, _ = immediate(answer)
+            assert (status, error["code"]) == (429, "rate_limit_exceeded")
+            assert auto_lane_value(answer) is True
+            await stream.close()
+
+
+# ----- the routing stage marks an auto tenant's requests -----------------------------------
+
+
+def auto_lane_value(answer: Any) -> bool | None:
+    """wire.META_AUTO_LANE in the answer's metadata: True only for a Struct boolean."""
+    fields = answer.dynamic_metadata.fields
+    if wire.METADATA_NAMESPACE not in fields:
+        return None
+    inner = fields[wire.METADATA_NAMESPACE].struct_value.fields
+    if wire.META_AUTO_LANE not in inner:
+        return None
+    value = inner[wire.META_AUTO_LANE]
+    assert value.WhichOneof("kind") == "bool_value", value
+    return bool(value.bool_value)
+
+
+def metadata_text(answer: Any, key: str) -> str | None:
+    inner = answer.dynamic_metadata.fields[wire.METADATA_NAMESPACE].struct_value.fields
+    return inner[key].string_value if key in inner else None
+
+
+@pytest.fixture
+async def channel() -> AsyncIterator[grpc.aio.Channel]:
+    async with ExtProcServer() as server:
+        server.load(auto_gateway(CONFIG, "team"))
+        async with grpc.aio.insecure_channel(server.address, options=CHANNEL_OPTIONS) as held:
+            yield held
+
+
+async def ask(channel: grpc.aio.Channel, key: str | None, model: str = "gpt-4o") -> Any:
+    stream = Stream(channel)
+    answer = await stream.headers(key)
+    if answer.WhichOneof("response") == "request_headers":
+        answer = await stream.body(chat_body(model, max_tokens=10))
+    await stream.close()
+    return answer
+
+
+async def test_an_auto_tenant_s_requests_are_marked_admitted_or_refused(
+    channel: grpc.aio.Channel,
+) -> None:
+    admitted = await ask(channel, TEAM)
+    assert admitted.WhichOneof("response") == "request_body"
+    assert auto_lane_value(admitted) is True
+    refused = await ask(channel, TEAM, model="no-such-model")
+    assert refused.immediate_response.status.code == 404
+    assert auto_lane_value(refused) is True
+    # Another tenant's, and a request without a key (no tenant), carry no mark.
+    assert auto_lane_value(await ask(channel, OTHER)) is None
+    unknown = await ask(channel, None)
+    assert unknown.immediate_response.status.code == 401
+    assert auto_lane_value(unknown) is None
