@@ -45,6 +45,8 @@ def parse_client_name(value: str) -> tuple[str, str, str] | None:
     if len(parts) != 3 or not all(parts):
         return None
     return parts[0], parts[1], parts[2]
+
+
 # Query parameters that carry credentials somewhere (names compared decoded, lower-case,
 # `-` read as `_`): the routing stage removes them from the path before any provider
 # sees it (filters/request_limits.py), leaving every other parameter byte for byte.
@@ -127,7 +129,9 @@ QUEUE_MS_HEADER: Final = "x-sluicegate-queue-ms"
 # sends one log record per request to the ext_proc servers' LogsService; its fields are
 # named by these keys (the translator writes them, sluicegate.records reads them), in the
 # order of RECORD_LAYOUT (record_body below).
-RECORD_LOG_NAME: Final = "sluicegate-record"
+# Renamed whenever RECORD_LAYOUT changes, so a record of another layout (an Envoy and an
+# ext_proc server on two versions, an upgrade under way) decodes empty, never shifted.
+RECORD_LOG_NAME: Final = "sluicegate-record-2"
 RECORD_ROUTE: Final = "route"
 RECORD_PROVIDER: Final = "provider"
 RECORD_STATUS: Final = "status"
@@ -148,10 +152,17 @@ RECORD_PROVIDER_TTFT_US: Final = "provider_ttft_us"
 # each as one JSON object.
 RECORD_METADATA: Final = "metadata"
 RECORD_USAGE: Final = "usage"
+# Envoy's id of the request (its x-request-id), the same in each of its records; and the
+# record's access-log type: LOG_TYPE_IN_FLIGHT for one sent while the request still runs
+# (docs/fast-lane.md, "The auto lane"), else the request's end.
+RECORD_STREAM_ID: Final = "stream_id"
+RECORD_LOG_TYPE: Final = "log_type"
+LOG_TYPE_IN_FLIGHT: Final = "DownstreamPeriodic"
 # The record's fields in the order its body carries them. The metadata JSON comes last:
 # it is the only field holding client text (an unrouted model), and a split that stops
 # before it leaves whatever it holds in it.
 RECORD_LAYOUT: Final = (
+    RECORD_STREAM_ID,
     RECORD_ROUTE,
     RECORD_PROVIDER,
     RECORD_STATUS,
@@ -320,11 +331,20 @@ LATENCY_LAYOUT: Final = (
 )
 # ----- the auto lane (docs/fast-lane.md, "The auto lane") ---------------------------------
 
-# The records of `auto` tenants' requests (metadata META_AUTO_LANE), to the control plane:
-# what lane steering reads (whether it failed, the tenant, key and estimate in the
-# metadata, the usage, and for a stream without usage its counted events).
+# The records of `auto` tenants' requests (metadata META_AUTO_LANE), to the control plane
+# at their end and while they run, and to the ext_proc servers while they run: what lane
+# steering and the exact lane's charges read (which request and whether it still runs,
+# whether it failed, the tenant, key and estimate in the metadata, the usage, and for a
+# stream without usage its counted events).
 LANE_LOG_NAME: Final = "sluicegate-lane"
-LANE_LAYOUT: Final = (RECORD_STATUS, RECORD_CONTENT_TYPE, RECORD_METADATA, RECORD_USAGE)
+LANE_LAYOUT: Final = (
+    RECORD_STREAM_ID,
+    RECORD_LOG_TYPE,
+    RECORD_STATUS,
+    RECORD_CONTENT_TYPE,
+    RECORD_USAGE,
+    RECORD_METADATA,
+)
 _LAYOUTS: Final = {
     RECORD_LOG_NAME: RECORD_LAYOUT,
     LATENCY_LOG_NAME: LATENCY_LAYOUT,

@@ -20,7 +20,7 @@ def cores() -> int:
 
 def peers(work: Path, *, envoy_concurrency: int = 1) -> dict[str, Peer]:
     """direct, envoy, sluicegate-routing, sluicegate-fast-routing, sluicegate-admission,
-    sluicegate-fast-admission, litellm-1, litellm-N
+    sluicegate-fast-admission, sluicegate-auto-admission, litellm-1, litellm-N
     (N = cores), portkey; each keeps its files of a run under `work`."""
     found: list[Peer] = [
         Direct(),
@@ -29,6 +29,7 @@ def peers(work: Path, *, envoy_concurrency: int = 1) -> dict[str, Peer]:
         SluicegateStack(work, kind="fast-routing", envoy_concurrency=envoy_concurrency),
         SluicegateStack(work, kind="admission", envoy_concurrency=envoy_concurrency),
         SluicegateStack(work, kind="fast-admission", envoy_concurrency=envoy_concurrency),
+        SluicegateStack(work, kind="auto-admission", envoy_concurrency=envoy_concurrency),
         LitellmProxy(work, workers=1),
         LitellmProxy(work, workers=cores()),
         PortkeyGateway(work),

@@ -53,6 +53,17 @@ def fast_admission_doc(
     return doc
 
 
+def auto_admission_doc(
+    upstream: Upstream, listen_port: int, key: str, key_file: str
+) -> dict[str, Any]:
+    """fast_admission_doc with the tenant `auto` (docs/fast-lane.md, "The auto lane"): far
+    from its limits it stays in the fast lane, while Envoy sends each of its requests'
+    records to the control plane, which counts them."""
+    doc = fast_admission_doc(upstream, listen_port, key, key_file)
+    doc["admission"] = {"lane": "auto"}
+    return doc
+
+
 def admission_doc(upstream: Upstream, listen_port: int, key: str) -> dict[str, Any]:
     """routing_doc with the route's gate (GATE) and one tenant `bench` whose one key is
     `key`, with limits that never refuse (10^9 requests and 10^12 tokens a minute)."""

@@ -1,4 +1,5 @@
-"""`sluicegate-routing`, `-fast-routing`, `-admission` and `-fast-admission`: the real
+"""`sluicegate-routing`, `-fast-routing`, `-admission`, `-fast-admission` and
+`-auto-admission`: the real
 stack (`sluicegate up`: control plane, one ext_proc server, Envoy with one worker unless
 told) serving the documents of `documents.py`. What each does per request: ROUTING,
 FAST_ROUTING, ADMISSION and FAST_ADMISSION."""
@@ -14,7 +15,13 @@ from typing import Final, Literal
 from benchmarks.harness.stack import UpStack
 from sluicegate.testing import free_ports
 
-from .documents import admission_doc, fast_admission_doc, fast_routing_doc, routing_doc
+from .documents import (
+    admission_doc,
+    auto_admission_doc,
+    fast_admission_doc,
+    fast_routing_doc,
+    routing_doc,
+)
 from .peer import RunningPeer, Upstream
 from .plain_envoy import envoy_version
 from .processes import tree, wait_idle
@@ -52,14 +59,21 @@ FAST_ADMISSION: Final = (
     "tokens (10^9 requests and 4x10^9 tokens a minute: never refusing) in Envoy's "
     "local_ratelimit; no priority gate (the fast lane has none yet); nothing reconciled"
 )
+AUTO_ADMISSION: Final = (
+    "as fast-admission, with the tenant `lane: auto`: far from its limits, so it stays in "
+    "the fast lane; Envoy also sends each of its requests' records (the lane log, batched "
+    "every 100 ms) to the control plane, which counts them against the tenant's limits, and "
+    "the ext_proc server charges each into the tenant's exact-lane windows"
+)
 
 
-Kind = Literal["routing", "fast-routing", "admission", "fast-admission"]
+Kind = Literal["routing", "fast-routing", "admission", "fast-admission", "auto-admission"]
 DOES: Final = {
     "routing": ROUTING,
     "fast-routing": FAST_ROUTING,
     "admission": ADMISSION,
     "fast-admission": FAST_ADMISSION,
+    "auto-admission": AUTO_ADMISSION,
 }
 
 
@@ -88,12 +102,13 @@ class SluicegateStack:
             key = "sk-bench-" + secrets.token_hex(24)  # only its hash is written down
             doc = admission_doc(upstream, port, key)
             headers["authorization"] = f"Bearer {key}"
-        elif self.kind == "fast-admission":
+        elif self.kind in ("fast-admission", "auto-admission"):
             key = "sk-bench-" + secrets.token_hex(24)
             key_file = self.work / f"{self.name}-{port}.key"
             key_file.parent.mkdir(parents=True, exist_ok=True)
             key_file.write_text(key)
-            doc = fast_admission_doc(upstream, port, key, str(key_file.resolve()))
+            make_doc = fast_admission_doc if self.kind == "fast-admission" else auto_admission_doc
+            doc = make_doc(upstream, port, key, str(key_file.resolve()))
             headers["authorization"] = f"Bearer {key}"
         elif self.kind == "fast-routing":
             doc = fast_routing_doc(upstream, port)

@@ -27,18 +27,31 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from sluicegate import config
 from sluicegate.model import Gateway
-from sluicegate.records import RequestRecord, billed_record, decode
+from sluicegate.records import RequestRecord, billed_in_flight, billed_record, decode
 
-from .usage import UsageLog
+from .usage import Entry, UsageLog
 
 # A record's model as sent to the provider plays no part in its usage.
 _NO_MODEL_MAPS: Final[Mapping[str, Mapping[str, str]]] = {}
+# Requests counted while running whose end is awaited; more are forgotten oldest first
+# (an end lost with its Envoy): their estimate then stays counted.
+MAX_RUNNING: Final = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """A request counted while it runs: where its estimate went, to adjust at its end."""
+
+    charges: tuple[tuple[UsageLog, Entry], ...]
+    input_tokens: int
+    output_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +191,8 @@ class LaneSteering:
         self.settings = settings or AutoLaneSettings()
         self._clock = clock
         self._tenants: dict[str, _TenantState] = {}
+        # Stream id -> a running request's charges (Envoy's records while it runs).
+        self._running: OrderedDict[str, _Running] = OrderedDict()
         self.records_counted = 0
 
     # ----- config --------------------------------------------------------------------------
@@ -236,12 +251,42 @@ class LaneSteering:
         logs = [scope.log for scope in scopes if scope is not None]
         if not logs:
             return False
+        if record.in_flight:
+            return self._running_request(record, logs)
         bill = billed_record(record)
+        running = self._running.pop(record.stream_id, None) if record.stream_id else None
+        if running is not None:
+            # Counted while it ran: its estimate becomes what it was billed, in place.
+            for log, entry in running.charges:
+                log.adjust(
+                    entry,
+                    -1 if bill.failed else 0,
+                    bill.input_tokens - running.input_tokens,
+                    bill.output_tokens - running.output_tokens,
+                )
+            return True
         if bill.failed:
             return False
         now = self._clock()
         for log in logs:
             log.add(now, 1, bill.input_tokens, bill.output_tokens)
+        self.records_counted += 1
+        return True
+
+    def _running_request(self, record: RequestRecord, logs: list[UsageLog]) -> bool:
+        """A request's record sent while it runs (docs/fast-lane.md, "The auto lane"): its
+        first counts its estimate now, so a long request is seen long before its end."""
+        stream = record.stream_id
+        if not stream or stream in self._running:
+            return False  # counted already (Envoy sends one every IN_FLIGHT_FLUSH_MS)
+        bill = billed_in_flight(record)
+        now = self._clock()
+        charges = tuple(
+            (log, log.add(now, 1, bill.input_tokens, bill.output_tokens)) for log in logs
+        )
+        self._running[stream] = _Running(charges, bill.input_tokens, bill.output_tokens)
+        if len(self._running) > MAX_RUNNING:
+            self._running.popitem(last=False)
         self.records_counted += 1
         return True
 

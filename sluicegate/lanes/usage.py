@@ -46,13 +46,15 @@ class Usage(NamedTuple):
         return self.output_tokens
 
 
-class _Entry:
-    """Charges made from `first` to `last` (seconds, the steering's clock)."""
+class Entry:
+    """Charges made from `first` to `last` (seconds, the steering's clock); `held` until it
+    leaves the window."""
 
-    __slots__ = ("first", "input_tokens", "last", "output_tokens", "requests")
+    __slots__ = ("first", "held", "input_tokens", "last", "output_tokens", "requests")
 
     def __init__(self, now: float, requests: int, input_tokens: int, output_tokens: int) -> None:
         self.first = self.last = now
+        self.held = True
         self.requests = requests
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
@@ -64,7 +66,7 @@ class UsageLog:
     __slots__ = ("_entries", "_input", "_output", "_requests", "_slot_s", "window_s")
 
     def __init__(self, window_s: float) -> None:
-        self._entries: deque[_Entry] = deque()
+        self._entries: deque[Entry] = deque()
         self._requests = self._input = self._output = 0
         self.window_s = self._slot_s = 0.0
         self.set_window(window_s)
@@ -81,8 +83,9 @@ class UsageLog:
         """Entries held (at most SLOTS + 2)."""
         return len(self._entries)
 
-    def add(self, now: float, requests: int, input_tokens: int, output_tokens: int) -> None:
-        """Charge one record at `now` (never earlier than the last charge's time)."""
+    def add(self, now: float, requests: int, input_tokens: int, output_tokens: int) -> Entry:
+        """Charge one record at `now` (never earlier than the last charge's time); the
+        entry that holds it (for `adjust`)."""
         entries = self._entries
         if entries:
             self._prune(now)  # so a tenant never read (no tick) holds no more either
@@ -95,8 +98,20 @@ class UsageLog:
                 newest.input_tokens += input_tokens
                 newest.output_tokens += output_tokens
                 self._add_totals(requests, input_tokens, output_tokens)
-                return
-        entries.append(_Entry(now, requests, input_tokens, output_tokens))
+                return newest
+        entry = Entry(now, requests, input_tokens, output_tokens)
+        entries.append(entry)
+        self._add_totals(requests, input_tokens, output_tokens)
+        return entry
+
+    def adjust(self, entry: Entry, requests: int, input_tokens: int, output_tokens: int) -> None:
+        """Change a charge `entry` holds by these amounts, in place: it keeps its time, as
+        the exact lane reconciles a reservation. Nothing once the entry left the window."""
+        if not entry.held:
+            return
+        entry.requests += requests
+        entry.input_tokens += input_tokens
+        entry.output_tokens += output_tokens
         self._add_totals(requests, input_tokens, output_tokens)
 
     def usage(self, now: float) -> Usage:
@@ -114,4 +129,5 @@ class UsageLog:
         entries = self._entries
         while entries and entries[0].last <= cutoff:
             gone = entries.popleft()
+            gone.held = False
             self._add_totals(-gone.requests, -gone.input_tokens, -gone.output_tokens)

@@ -18,6 +18,7 @@ from .billing import (
     SOURCE_PROVIDER,
     Billed,
     billed,
+    billed_in_flight,
     billed_record,
 )
 from .labels import LABELS, NONE, OTHER, Declared
@@ -58,6 +59,7 @@ __all__ = [
     "RecordWriter",
     "RequestRecord",
     "billed",
+    "billed_in_flight",
     "billed_record",
     "decode",
     "fields_of",

@@ -61,6 +61,12 @@ def billed(
     return Billed(estimate_input, estimate_output, SOURCE_ESTIMATE)
 
 
+def billed_in_flight(record: RequestRecord) -> Billed:
+    """What a request still running is billed until its end: its estimate (its record
+    sent while it runs: RequestRecord.in_flight)."""
+    return Billed(record.estimate_input, record.estimate_output, SOURCE_ESTIMATE)
+
+
 def billed_record(record: RequestRecord) -> Billed:
     """What the request of `record` is billed (the module's rule)."""
     used = (

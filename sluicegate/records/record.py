@@ -72,6 +72,10 @@ class RequestRecord:
     # A request the fast lane's buckets charged (the model reader's
     # wire.META_CHARGED_TENANT): Envoy admitted it, not the routing stage.
     fast_lane: bool = False
+    # Envoy's id of the request, the same in each of its records.
+    stream_id: str = ""
+    # Sent while the request still runs (the lane log's periodic records): not its end.
+    in_flight: bool = False
     # The answering attempt's request sent (US_TX_BEG) to the provider's first body byte:
     # the provider's own time to first token (not counted from the request's first byte).
     provider_ttft_s: float | None = None
@@ -240,5 +244,7 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
         usage_by_observer=meta.get(wire.META_USAGE_VIA) == wire.USAGE_VIA_OBSERVER,
         auto_lane=meta.get(wire.META_AUTO_LANE) is True,
         fast_lane=bool(_meta_text(meta, wire.META_CHARGED_TENANT)),
+        stream_id=_text(attrs.get(wire.RECORD_STREAM_ID)),
+        in_flight=attrs.get(wire.RECORD_LOG_TYPE) == wire.LOG_TYPE_IN_FLIGHT,
         provider_ttft_s=_seconds_from_us(attrs.get(wire.RECORD_PROVIDER_TTFT_US)),
     )

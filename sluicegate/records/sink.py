@@ -80,13 +80,15 @@ class RecordSink:
         records: list[RequestRecord] = []
         for log_record in batch:
             record = decode(log_record, declared.model_maps)
-            metrics.observe(record, declared.labels(record))
+            if not record.in_flight:  # a request still running is counted at its end
+                metrics.observe(record, declared.labels(record))
             if on_record is not None:
                 try:
                     on_record(record)
                 except Exception:  # one record's fault never costs the batch
                     log.exception("handling a request record failed")
-            records.append(record)
+            if not record.in_flight:
+                records.append(record)
         if self._access_log is not None and records:
             try:
                 self._access_log.write(records)

@@ -358,3 +358,180 @@ async def test_an_auto_tenant_s_requests_are_marked_admitted_or_refused(
     unknown = await ask(channel, None)
     assert unknown.immediate_response.status.code == 401
     assert auto_lane_value(unknown) is None
+
+
+# ----- a long request is charged while it runs ---------------------------------------------
+# Envoy logs an auto tenant's request while it runs (wire.LOG_TYPE_IN_FLIGHT, on the lane
+# log) and at its end (the record log), both naming it by its stream id: the first charges
+# its estimate, reconcilable; the end reconciles that charge to what it was billed.
+
+TOKENS_ONLY = (
+    HEAD
+    + ROUTES
+    + f"""\
+tenants:
+  - name: team
+    rate_limits: {{tokens: 1000, per: 1m}}
+    keys:
+      - {{name: team-key, hash: "{hashed(TEAM)}", rate_limits: {{tokens: 500, per: 1m}}}}
+"""
+)
+
+
+def in_flight_record(stream_id: str, **fields: Any) -> Any:
+    """A record Envoy sends while the request runs: the lane log's layout (no usage yet),
+    its access-log type DownstreamPeriodic."""
+    values = fast_lane_fields(**fields)
+    values[wire.RECORD_STREAM_ID] = stream_id
+    values[wire.RECORD_LOG_TYPE] = wire.LOG_TYPE_IN_FLIGHT
+    return decode(log_record(values, log_name=wire.LANE_LOG_NAME), {})
+
+
+def end_record(stream_id: str, **fields: Any) -> Any:
+    """The same request's record at its end (the record log, with its stream id)."""
+    values = fast_lane_fields(**fields)
+    values[wire.RECORD_STREAM_ID] = stream_id
+    return decode(log_record(values), {})
+
+
+async def window(controller: AdmissionController, limits: tuple[Limit, ...]) -> list[int]:
+    """What every limit among `limits` holds now, requests too (a probe of nothing)."""
+    probe = await controller.store().reserve(uuid.uuid4().hex, limits, Usage(0, 0, requests=0))
+    return [state.used for state in probe.states]
+
+
+def fast_lane_charges(controller: AdmissionController) -> float:
+    return sample(
+        controller.metrics.registry, "sluicegate_fast_lane_charges_total", {"tenant": "team"}
+    )
+
+
+def tokens_charged(controller: AdmissionController, kind: str) -> float:
+    labels = {"tenant": "team", "model": "gpt-4o", "type": kind}
+    return sample(controller.metrics.registry, "sluicegate_tokens_charged_total", labels)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store_settings(request: pytest.FixtureRequest) -> StoreSettings | None:
+    """The memory store (None), then Redis behind its failover (a fresh key prefix)."""
+    if request.param == "memory":
+        return None
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return StoreSettings(kind="redis", url=server.url, key_prefix=uuid.uuid4().hex[:12])
+
+
+async def test_a_running_request_is_charged_its_estimate_once_then_reconciled_at_its_end(
+    any_store: AdmissionController,
+) -> None:
+    """Its first in-flight record charges the estimate (20 + 100) at once; the next one,
+    500 ms later, changes nothing; another stream is a charge of its own. The end record
+    turns the charge into the usage (30 + 10) in place, and only then counts it."""
+    held = any_store
+    limits = held.policy.client_limits(IDENTITY)  # tenant requests, tokens; key tokens
+    charge_finished(held, in_flight_record("stream-1"))
+    await held.settled()
+    assert await window(held, limits) == [1, 120, 120]
+    charge_finished(held, in_flight_record("stream-1"))
+    await held.settled()
+    assert await window(held, limits) == [1, 120, 120]
+    assert fast_lane_charges(held) == 0  # a request is counted at its end
+    assert tokens_charged(held, "input") == 0
+
+    charge_finished(held, in_flight_record("stream-2"))
+    await held.settled()
+    assert await window(held, limits) == [2, 240, 240]
+
+    charge_finished(held, end_record("stream-1", usage=USAGE))
+    await held.settled()
+    assert await window(held, limits) == [2, 160, 160]
+    assert fast_lane_charges(held) == 1
+    assert (tokens_charged(held, "input"), tokens_charged(held, "output")) == (30, 10)
+    # A late in-flight record of the ended stream (the two logs cross) charges nothing.
+    charge_finished(held, in_flight_record("stream-1"))
+    await held.settled()
+    assert await window(held, limits) == [2, 160, 160]
+    assert fast_lane_charges(held) == 1
+
+
+@pytest.mark.parametrize("config", [CONFIG, TOKENS_ONLY], ids=["with requests", "tokens only"])
+async def test_an_end_record_before_its_in_flight_record_charges_the_request_once(
+    store_settings: StoreSettings | None, config: str
+) -> None:
+    """The two loggers' batches cross: the end comes first and charges the usage; the
+    in-flight record after it finds the stream charged and charges nothing. With token
+    limits alone no requests log holds a charge of the stream's to tell it by, and Redis
+    cannot find it in a token log either (a member names its amount, the usage there, the
+    estimate asked): the end's charge must leave the stream's record."""
+    held = AdmissionController(auto_policy(config, store=store_settings))
+    try:
+        limits = held.policy.client_limits(IDENTITY)
+        token_limits = len([limit for limit in limits if limit.kind != "requests"])
+        charge_finished(held, end_record("stream-1", usage=USAGE))
+        await held.settled()
+        assert await used(held, limits) == [40] * token_limits
+        charge_finished(held, in_flight_record("stream-1"))
+        await held.settled()
+        assert await used(held, limits) == [40] * token_limits
+        assert fast_lane_charges(held) == 1
+    finally:
+        await held.close()
+
+
+@pytest.mark.parametrize("status", [429, 503, 0])
+async def test_a_failed_end_gives_back_what_its_in_flight_record_charged(
+    any_store: AdmissionController, status: int
+) -> None:
+    """A request charged its estimate while it ran, then failed (an error, no answer):
+    providers bill nothing, so its window holds what it held before it, the request
+    included; nothing counts as a fast-lane charge."""
+    held = any_store
+    limits = held.policy.client_limits(IDENTITY)
+    assert (await held.store().reserve("earlier", limits, Usage(10, 0))).admitted
+    charge_finished(held, in_flight_record("stream-1"))
+    await held.settled()
+    assert await window(held, limits) == [2, 130, 130]
+    assert not charge_fast_lane(held, end_record("stream-1", status=status))
+    await held.settled()
+    assert await window(held, limits) == [1, 10, 10]
+    assert fast_lane_charges(held) == 0
+    assert tokens_charged(held, "input") == tokens_charged(held, "output") == 0
+
+
+@pytest.mark.parametrize("status", [429, 0])
+async def test_a_failed_end_before_its_in_flight_record_charges_nothing(
+    any_store: AdmissionController, status: int
+) -> None:
+    held = any_store
+    limits = held.policy.client_limits(IDENTITY)
+    charge_finished(held, end_record("stream-1", status=status))
+    await held.settled()
+    charge_finished(held, in_flight_record("stream-1"))
+    await held.settled()
+    assert await window(held, limits) == [0, 0, 0]
+
+
+@pytest.mark.parametrize("status", [0, 200])
+async def test_an_exact_lane_request_s_in_flight_record_leaves_its_reservation_alone(
+    any_store: AdmissionController, status: int
+) -> None:
+    """An auto tenant's request the routing stage reserved (no charged tenant): its
+    in-flight record (no response yet, or one under way) charges nothing and does not
+    reconcile the reservation, which holds its estimate until the end record replaces
+    it by the usage."""
+    held = any_store
+    limits = held.policy.client_limits(IDENTITY)
+    assert (await held.store().reserve("rid-1", limits, Usage(20, 100))).admitted
+    exact = {"reservation": "rid-1", "fast_lane": False}
+    charge_finished(held, in_flight_record("stream-1", status=status, **exact))
+    await held.settled()
+    assert await window(held, limits) == [1, 120, 120]
+    registry = held.metrics.registry
+    for source in ("provider", "estimate", "error"):
+        assert sample(registry, "sluicegate_usage_reports_total", {"source": source}) == 0
+    assert fast_lane_charges(held) == 0
+
+    charge_finished(held, end_record("stream-1", usage=USAGE, **exact))
+    await held.settled()
+    assert await window(held, limits) == [1, 40, 40]
+    assert sample(registry, "sluicegate_usage_reports_total", {"source": "provider"}) == 1
+    assert fast_lane_charges(held) == 0

@@ -68,6 +68,8 @@ def record(
     content_events: int | None = None,
     estimate_input: int = 0,
     estimate_output: int = 0,
+    stream_id: str = "",
+    in_flight: bool = False,
 ) -> RequestRecord:
     return RequestRecord(
         route="chat",
@@ -97,6 +99,8 @@ def record(
         estimate_input=estimate_input,
         estimate_output=estimate_output,
         auto_lane=True,
+        stream_id=stream_id,
+        in_flight=in_flight,
     )
 
 

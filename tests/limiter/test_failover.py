@@ -9,7 +9,13 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from sluicegate.filters.limiter import FailoverStore, OnFailure, RedisStore, Usage
+from sluicegate.filters.limiter import (
+    DuplicateReservation,
+    FailoverStore,
+    OnFailure,
+    RedisStore,
+    Usage,
+)
 from tests.redis_server import RedisServer
 
 from .cases import NOTHING, limit, tokens
@@ -369,3 +375,54 @@ async def test_a_charge_goes_to_redis_then_by_policy_while_down(
         assert d.store_mode == "local" and not d.admitted and d.states[0].used == 70
     else:
         assert d.store_mode == "fail_open" and d.admitted
+
+
+@pytest.mark.parametrize("on_failure", ["fail_open", "fail_closed", "local"])
+async def test_a_reconcilable_charge_is_reconciled_where_it_was_kept(
+    on_failure: OnFailure,
+    server: RedisServer,
+    key_prefix: str,
+    observer: RecordingObserver,
+    closing: list[FailoverStore],
+) -> None:
+    """A running request's charge (model.LimiterStore.charge, reconcilable): in Redis while
+    it is up; while down, with `local`, kept in the local store, reconciled there even
+    once Redis is back and not charged in Redis again; else dropped, nothing to reconcile."""
+    store = make_store(server, key_prefix, on_failure, observer, replicas=2)
+    closing.append(store)
+    lim = limit("tokens", 100)
+    assert await store.charge("up", [lim], tokens(60), reconcilable=True)
+    with pytest.raises(DuplicateReservation):
+        await store.charge("up", [lim], tokens(60), reconcilable=True)
+    assert await store.reconcile("up", tokens(20))
+    assert await store.reconcile("up", tokens(30)) is False
+    d = await store.reserve("r1", [lim], NOTHING)
+    assert d.store_mode == "ok" and d.states[0].used == 20
+
+    server.stop()
+    kept = on_failure == "local"
+    assert await store.charge("d1", [lim], tokens(40), reconcilable=True) is kept
+    assert await store.charge("d2", [lim], tokens(5), reconcilable=True) is kept
+    assert store.state == "down" and store.dropped_charges == (0 if kept else 2)
+    assert await store.reconcile("d1", tokens(45)) is kept
+    if kept:
+        with pytest.raises(DuplicateReservation):
+            await store.charge("d1", [lim], tokens(40), reconcilable=True)
+        d = await store.reserve("r2", [lim], NOTHING)
+        assert d.store_mode == "local" and d.states[0].used == 50  # 45 + 5, at the share
+
+    server.start()  # empty again
+    await wait_until_up(store)
+    if kept:
+        # Redis does not hold d2, but it is in use: a later in-flight record of it must
+        # not charge it in Redis as well.
+        with pytest.raises(DuplicateReservation):
+            await store.charge("d2", [lim], tokens(5), reconcilable=True)
+    else:
+        assert await store.charge("d2", [lim], tokens(5), reconcilable=True)  # first count
+    d = await store.reserve("r3", [lim], NOTHING)
+    assert d.store_mode == "ok" and d.states[0].used == (0 if kept else 5)
+    assert await store.reconcile("d2", tokens(8)) is True
+    assert await store.reconcile("d1", tokens(1)) is False  # done, or never kept
+    d = await store.reserve("r4", [lim], NOTHING)
+    assert d.states[0].used == (0 if kept else 8)

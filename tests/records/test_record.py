@@ -314,11 +314,11 @@ def test_the_record_body_is_the_log_name_then_one_field_a_line() -> None:
     assert parsed[wire.RECORD_STATUS] == fields[wire.RECORD_STATUS]
     # A body of no known log (another logger, an older layout's name) has no fields;
     # a short one has its first fields only.
-    assert wire.record_fields("sluicegate-record-v0\n200") == {}
+    assert wire.record_fields("sluicegate-record\n200") == {}  # the layout before 2
     assert wire.record_fields("") == {}
-    assert wire.record_fields(f"{wire.RECORD_LOG_NAME}\nchat\nalpha") == {
+    assert wire.record_fields(f"{wire.RECORD_LOG_NAME}\nid-1\nchat") == {
+        wire.RECORD_STREAM_ID: "id-1",
         wire.RECORD_ROUTE: "chat",
-        wire.RECORD_PROVIDER: "alpha",
     }
     assert decode(log_record({}, log_name=wire.LATENCY_LOG_NAME), MAPS).route == ""
 

@@ -15,14 +15,16 @@ its windows already hold what the fast lane let through (docs/admission.md).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sluicegate import wire
-from sluicegate.records import RequestRecord, billed, billed_record
+from sluicegate.records import RequestRecord, billed, billed_in_flight, billed_record
 
-from ..limiter import Usage
+from ..limiter import DuplicateReservation, Limit, LimiterStore, Usage
 from .controller import AdmissionController
 from .keyring import ClientIdentity
 
@@ -100,36 +102,68 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
     """Charge a fast-lane request of an `auto` tenant into its tenant's and key's windows
     (the module docstring); whether it was charged. Only a record marked auto
     (wire.META_AUTO_LANE) that the fast lane's buckets charged (`fast_lane`: an
-    exact-lane request was reserved here), of a tenant the policy knows as auto, that was
-    billed (an error or no answer was not, and is no request either). Unconditional:
-    Envoy already admitted it, so a window may go over its limit and refuse the exact
-    lane's next request. Routes' and providers' limits are not charged (the fast lane
-    counts those in its own buckets)."""
+    exact-lane request was reserved here), of a tenant the policy knows as auto.
+    Unconditional: Envoy already admitted it, so a window may go over its limit and
+    refuse the exact lane's next request. Routes' and providers' limits are not charged
+    (the fast lane counts those in its own buckets).
+
+    A long request is charged while it runs: its first record sent while it runs
+    (`in_flight`) charges its estimate under its stream id, reconcilable; its end record
+    then reconciles that charge to what it was billed (nothing, for a failed one), or,
+    when none was made, charges that. Whichever of the two records comes first, the
+    store takes a stream id's charge once (a second is DuplicateReservation)."""
     if not (record.auto_lane and record.fast_lane):
         return False
     policy = controller.policy
     tenant = policy.tenants.get(record.tenant)
     if tenant is None or not tenant.auto:
         return False
-    bill = billed_record(record)
-    if bill.failed:
-        return False
     limits = policy.client_limits(ClientIdentity(tenant.name, record.key_name))
     if not limits:
+        return False
+    store = controller.store()
+    charge_id = record.stream_id or uuid.uuid4().hex
+    if record.in_flight:
+        estimate = billed_in_flight(record)
+        usage = Usage(estimate.input_tokens, estimate.output_tokens)
+        controller.spawn(_charge_once(store, charge_id, limits, usage))
+        return True
+    bill = billed_record(record)
+    actual = Usage(bill.input_tokens, bill.output_tokens, requests=0 if bill.failed else 1)
+    controller.spawn(_settle(store, charge_id, limits, actual))
+    if bill.failed:
         return False
     metrics = controller.metrics
     metrics.tokens_charged.labels(tenant.name, record.model, "input").inc(bill.input_tokens)
     metrics.tokens_charged.labels(tenant.name, record.model, "output").inc(bill.output_tokens)
     controller.fast_lane_charges.labels(tenant.name).inc()
-    usage = Usage(bill.input_tokens, bill.output_tokens)
-    controller.spawn(controller.store().charge(uuid.uuid4().hex, limits, usage))
     return True
 
 
+async def _charge_once(
+    store: LimiterStore, charge_id: str, limits: Sequence[Limit], usage: Usage
+) -> None:
+    """Charge `usage` under `charge_id` unless it was charged already."""
+    with contextlib.suppress(DuplicateReservation):
+        await store.charge(charge_id, limits, usage, reconcilable=True)
+
+
+async def _settle(
+    store: LimiterStore, charge_id: str, limits: Sequence[Limit], actual: Usage
+) -> None:
+    """At a request's end: its charge made while it ran becomes `actual`; without one,
+    `actual` is charged, a failed request's nothing too: the empty charge holds the
+    stream id, so a record of it while it ran that arrives late charges nothing."""
+    if not await store.reconcile(charge_id, actual):
+        await _charge_once(store, charge_id, limits, actual)
+
+
 def charge_finished(controller: AdmissionController, record: RequestRecord) -> None:
-    """Everything a finished request's record charges: its reservation (`charge_record`),
-    or, for an auto tenant's fast-lane request, its windows (`charge_fast_lane`)."""
-    if charge_record(controller, record) is None:
+    """Everything a request's record charges: at its end its reservation
+    (`charge_record`), or, for an auto tenant's fast-lane request, its windows
+    (`charge_fast_lane`, which also takes its records sent while it runs; a reservation
+    is reconciled at the end alone)."""
+    if record.in_flight or charge_record(controller, record) is None:
         charge_fast_lane(controller, record)
 
 

@@ -28,6 +28,7 @@ from .decision import unknown_decision
 from .memory import MemoryStore
 from .model import (
     Decision,
+    DuplicateReservation,
     Limit,
     OnFailure,
     StoreBusy,
@@ -136,14 +137,26 @@ class FailoverStore:
         self._dropped_reconciles += 1
         return False
 
-    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
+    async def charge(
+        self,
+        charge_id: str,
+        limits: Sequence[Limit],
+        usage: Usage,
+        *,
+        reconcilable: bool = False,
+    ) -> bool:
         """In Redis; while it is down, with `local`, in the local store at each limit's
-        share (as the fallback decides), else dropped (nothing counts while down)."""
+        share (as the fallback decides; a reconcilable charge keeps its record there, so
+        reconcile finds it), else dropped (nothing counts while down, and there is nothing
+        to reconcile). An id the local store holds is in use, in Redis too: Redis came
+        back since that charge was made there, and must not count the request again."""
         check_request(charge_id, limits)
+        if self._local.knows(charge_id):
+            raise DuplicateReservation(f"charge id {charge_id!r} is in use")
         if self._state == "up":
             started = time.perf_counter()
             try:
-                await self._primary.charge(charge_id, limits, usage)
+                await self._primary.charge(charge_id, limits, usage, reconcilable=reconcilable)
             except StoreUnavailable as exc:
                 self._failed("charge", exc, started)
             else:
@@ -154,7 +167,8 @@ class FailoverStore:
         if self._on_failure != "local":
             self._dropped_charges += 1
             return False
-        return await self._local.charge(charge_id, [self._share(lim) for lim in limits], usage)
+        local_limits = [self._share(lim) for lim in limits]
+        return await self._local.charge(charge_id, local_limits, usage, reconcilable=reconcilable)
 
     async def close(self) -> None:
         if self._probe is not None:

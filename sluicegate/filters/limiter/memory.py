@@ -152,13 +152,7 @@ class MemoryStore:
             # Rule "all or nothing": charges are written only once every limit agreed.
             for log, amount in zip(logs, amounts, strict=True):
                 log.add(reservation_id, now, amount)
-            longest = max(log.window_us for log in logs)
-            charges = tuple(
-                (limit.key, limit.kind, log.window_us, amount)
-                for limit, log, amount in zip(limits, logs, amounts, strict=True)
-            )
-            self._records[reservation_id] = (now, charges, now + longest, False)
-            heapq.heappush(self._expiries, (now + longest, reservation_id))
+            self._keep_record(reservation_id, now, limits, amounts)
 
         return make_decision(
             reservation_id,
@@ -197,27 +191,53 @@ class MemoryStore:
         self._records[reservation_id] = (t, charges, expires_us, True)
         return True
 
-    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
-        """Add `usage` to every limit's log now, unchecked (model.LimiterStore.charge)."""
+    async def charge(
+        self,
+        charge_id: str,
+        limits: Sequence[Limit],
+        usage: Usage,
+        *,
+        reconcilable: bool = False,
+    ) -> bool:
+        """Add `usage` to every limit's log now, unchecked; with `reconcilable`, keep the
+        record a reservation keeps (model.LimiterStore.charge)."""
         check_request(charge_id, limits)
         now = self._now_us()
         self._housekeep(now)
-        charges = [
-            (self._log(limit, now), amount)
-            for limit in limits
-            if (amount := usage.amount(limit.kind)) > 0
+        amounts = [usage.amount(limit.kind) for limit in limits]
+        logs = [
+            self._log(limit, now) if amount > 0 else None
+            for limit, amount in zip(limits, amounts, strict=True)
         ]
-        # Logs are keyed by id: a reused one would replace a charge, not add one.
-        if any(charge_id in log.charges for log, _ in charges):
+        # Logs are keyed by id: a reused one would replace a charge, not add one. A record
+        # is checked too: its charges may all be 0 (nothing in any log).
+        if charge_id in self._records or any(
+            log is not None and charge_id in log.charges for log in logs
+        ):
             raise DuplicateReservation(f"charge id {charge_id!r} is in use")
-        for log, amount in charges:
-            log.add(charge_id, now, amount)
+        for log, amount in zip(logs, amounts, strict=True):
+            if log is not None:
+                log.add(charge_id, now, amount)
+        if reconcilable and limits:
+            self._keep_record(charge_id, now, limits, amounts)
         return True
 
     async def close(self) -> None:
         self._logs.clear()
         self._records.clear()
         self._expiries.clear()
+
+    def _keep_record(
+        self, rid: str, now: int, limits: Sequence[Limit], amounts: Sequence[int]
+    ) -> None:
+        """What reconcile finds the charges by, kept until the longest window ends."""
+        charges = tuple(
+            (limit.key, limit.kind, limit.window_ms * 1000, amount)
+            for limit, amount in zip(limits, amounts, strict=True)
+        )
+        expires = now + max(window_us for _, _, window_us, _ in charges)
+        self._records[rid] = (now, charges, expires, False)
+        heapq.heappush(self._expiries, (expires, rid))
 
     def _now_us(self) -> int:
         return round(self._now() * US_PER_S)

@@ -148,12 +148,24 @@ class LimiterStore(Protocol):
 
     async def reconcile(self, reservation_id: str, actual: Usage) -> bool: ...
 
-    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
+    async def charge(
+        self,
+        charge_id: str,
+        limits: Sequence[Limit],
+        usage: Usage,
+        *,
+        reconcilable: bool = False,
+    ) -> bool:
         """Count `usage` on every limit now, whatever the windows hold: a request another
         lane already admitted (an `auto` tenant's fast-lane request, counted into its
-        exact-lane windows), so a window may go over its limit. Never refused, never
-        reconciled (no record is kept). False when nothing was counted (FailoverStore
-        while Redis is down, unless it counts locally). `charge_id` must be unique."""
+        exact-lane windows), so a window may go over its limit. Never refused. False when
+        nothing was counted (FailoverStore while Redis is down, unless it counts locally).
+
+        `reconcilable`: keep a record as `reserve` does (until the longest window ends), so
+        `reconcile(charge_id, actual)` replaces `usage` in place, at the charge's time (a
+        request still running, charged its estimate). Without it no record is kept and
+        `reconcile` answers False. `charge_id` must be unique: one in use (a live record of
+        it, or a log holding its charge) raises DuplicateReservation and writes nothing."""
         ...
 
     async def close(self) -> None: ...
@@ -180,5 +192,6 @@ def check_request(reservation_id: str, limits: Sequence[Limit]) -> None:
 
 
 class DuplicateReservation(ValueError):
-    """A reservation id was reused while its record still lives (a caller bug:
-    ids must be unique, e.g. uuid4)."""
+    """A reservation or charge id was reused while its record or charge still lives: a
+    caller bug for a reservation (ids must be unique, e.g. uuid4); for a charge, the
+    sign that it was made already (a stream's second in-flight record)."""

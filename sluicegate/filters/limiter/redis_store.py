@@ -119,15 +119,7 @@ class RedisStore:
         for limit in limits:
             keys += (f"{self._base}l:{limit.key}", f"{self._base}t:{limit.key}")
         keys.append(f"{self._base}r:{reservation_id}")
-        record = json.dumps(
-            [
-                [limit.key, limit.kind, limit.window_ms, amount]
-                for limit, amount in zip(limits, amounts, strict=True)
-            ],
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
-        args: list[str | int] = [reservation_id, record]
+        args: list[str | int] = [reservation_id, _record(limits, amounts)]
         for limit, amount in zip(limits, amounts, strict=True):
             args += (amount, limit.limit, limit.window_ms)
 
@@ -165,15 +157,27 @@ class RedisStore:
         )
         return int(reply) == 1
 
-    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
-        """Add `usage` to every limit's log now, unchecked (model.LimiterStore.charge)."""
+    async def charge(
+        self,
+        charge_id: str,
+        limits: Sequence[Limit],
+        usage: Usage,
+        *,
+        reconcilable: bool = False,
+    ) -> bool:
+        """Add `usage` to every limit's log now, unchecked; with `reconcilable`, keep the
+        record a reservation keeps (model.LimiterStore.charge)."""
         check_request(charge_id, limits)
+        if not limits:
+            return True
+        amounts = [usage.amount(limit.kind) for limit in limits]
         keys: list[str] = []
-        args: list[str | int] = [charge_id]
-        for limit in limits:
+        args: list[str | int] = [charge_id, _record(limits, amounts) if reconcilable else ""]
+        for limit, amount in zip(limits, amounts, strict=True):
             keys += (f"{self._base}l:{limit.key}", f"{self._base}t:{limit.key}")
-            args += (usage.amount(limit.kind), limit.window_ms)
-        if keys and int(await self._measured("charge", CHARGE, keys, args)) == _ID_IN_USE:
+            args += (amount, limit.window_ms)
+        keys.append(f"{self._base}r:{charge_id}")
+        if int(await self._measured("charge", CHARGE, keys, args)) == _ID_IN_USE:
             raise DuplicateReservation(f"charge id {charge_id!r} is in use")
         return True
 
@@ -218,6 +222,18 @@ class RedisStore:
         except NoScriptError:
             self._noscript_reloads += 1
             return await self._client.eval(script.source, len(keys), *keys, *args)
+
+
+def _record(limits: Sequence[Limit], amounts: Sequence[int]) -> str:
+    """A record's `e` field: what the reconcile script finds each charge by."""
+    return json.dumps(
+        [
+            [limit.key, limit.kind, limit.window_ms, amount]
+            for limit, amount in zip(limits, amounts, strict=True)
+        ],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
 
 
 def _pool_exhausted(exc: BaseException) -> bool:

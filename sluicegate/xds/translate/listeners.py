@@ -73,7 +73,12 @@ from .envoy_routing import key_check_filters, routing_filters
 from .error_bodies import error_body_filter
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
-from .record_log import lane_access_log, latency_access_log, record_access_log
+from .record_log import (
+    IN_FLIGHT_FLUSH_MS,
+    lane_access_logs,
+    latency_access_log,
+    record_access_log,
+)
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
 from .usage import usage_filters
 
@@ -94,10 +99,7 @@ _JSON = "application/json"
 def build_listeners(gateway: Gateway) -> list[listener_pb2.Listener]:
     """One Listener per config listener, sorted by name."""
     learns = any(route.learns_weights for route in gateway.routes)
-    return [
-        _listener(listener, gateway, learns)
-        for listener in gateway.listeners
-    ]
+    return [_listener(listener, gateway, learns) for listener in gateway.listeners]
 
 
 def _listener(listener: Listener, gateway: Gateway, learns_weights: bool) -> listener_pb2.Listener:
@@ -205,6 +207,7 @@ def _http_connection_manager(
     listener: Listener, gateway: Gateway, learns_weights: bool
 ) -> hcm_pb2.HttpConnectionManager:
     limits, admission = gateway.limits, gateway.admission
+    steered = any(tenant.auto for tenant in gateway.tenants)  # the auto lane's
     return hcm_pb2.HttpConnectionManager(
         stat_prefix=listener.name,
         rds=hcm_pb2.Rds(
@@ -245,10 +248,16 @@ def _http_connection_manager(
         # control plane (record_log.py, docs/latency-routing.md); with an `auto` tenant,
         # the records of its requests (docs/fast-lane.md, "The auto lane").
         access_log=[
-            record_access_log(),
-            *([latency_access_log()] if learns_weights else []),
-            *([lane_access_log()] if any(t.auto for t in gateway.tenants) else []),
+            record_access_log(in_flight=steered),
+            *([latency_access_log(in_flight=steered)] if learns_weights else []),
+            *(lane_access_logs() if steered else []),
         ],
+        # With an auto tenant, Envoy also logs each request while it runs (record_log.py).
+        access_log_options=hcm_pb2.HttpConnectionManager.HcmAccessLogOptions(
+            access_log_flush_interval=duration_ms(IN_FLIGHT_FLUSH_MS)
+        )
+        if steered
+        else None,
     )
 
 

@@ -25,10 +25,14 @@ latency route's provider answered: a CEL filter on that host's endpoint metadata
 (wire.META_ROUTING, endpoints.py). Both loggers are built from RECORD_FORMATS by one
 function, so a field's format string is written once (docs/latency-routing.md).
 
-A third, only on listeners of a config with an `auto` tenant, sends the records of those
-tenants' charged requests (metadata wire.META_AUTO_LANE, written by the model reader in the
-fast lane and by the routing stage in the exact lane) to the control plane's lane steering
-(docs/fast-lane.md, "The auto lane").
+On listeners of a config with an `auto` tenant, the lane log sends the records of those
+tenants' requests (metadata wire.META_AUTO_LANE, written by the model reader in the fast
+lane and by the routing stage in the exact lane) to the control plane's lane steering,
+and Envoy also logs every request still running every IN_FLIGHT_FLUSH_MS (the HCM's
+periodic flush): the lane log sends those records of auto tenants' requests to the
+control plane and to the ext_proc servers, which so count a long request while it runs,
+not only at its end; every other log takes ends only (docs/fast-lane.md, "The auto
+lane").
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from __future__ import annotations
 from typing import Final
 
 from envoy.config.accesslog.v3 import accesslog_pb2
+from envoy.data.accesslog.v3 import accesslog_pb2 as accesslog_data_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
+from envoy.type.matcher.v3 import metadata_pb2, value_pb2
+from google.protobuf import wrappers_pb2
 from xds.type.v3 import typed_struct_pb2
 
 from sluicegate import wire
@@ -46,6 +53,8 @@ from ._proto import pack, struct
 # How long Envoy may hold finished requests' records before sending them: a reservation
 # is reconciled at most this long after its response ended.
 LOG_FLUSH_MS: Final = 100
+# With an auto tenant, how often Envoy logs a request that still runs.
+IN_FLIGHT_FLUSH_MS: Final = 500
 OTEL_ACCESS_LOG: Final = "envoy.access_loggers.open_telemetry"
 OTEL_CONFIG_TYPE_URL: Final = (
     "type.googleapis.com/"
@@ -65,6 +74,8 @@ def _between_us(start: str, end: str) -> str:
 
 # Field -> Envoy format string. A value Envoy does not have is formatted as "-".
 RECORD_FORMATS: Final = {
+    wire.RECORD_STREAM_ID: "%STREAM_ID%",
+    wire.RECORD_LOG_TYPE: "%ACCESS_LOG_TYPE%",
     wire.RECORD_ROUTE: "%ROUTE_NAME%",
     # The endpoint metadata of the host that answered the last attempt (endpoints.py).
     wire.RECORD_PROVIDER: f"%UPSTREAM_METADATA({wire.METADATA_NAMESPACE}:{wire.META_PROVIDER})%",
@@ -92,40 +103,83 @@ LATENCY_FILTER_EXPRESSION: Final = (
     f"['{wire.META_ROUTING}'] == '{wire.ROUTING_LATENCY}'"
 )
 CEL_ACCESS_LOG_FILTER: Final = "envoy.access_loggers.extension_filters.cel"
-# Requests of `auto` tenants. Without the metadata the expression errs: nothing is logged.
-LANE_FILTER_EXPRESSION: Final = (
-    f"metadata.filter_metadata['{wire.METADATA_NAMESPACE}']['{wire.META_AUTO_LANE}'] == true"
-)
 
 
-def record_access_log() -> accesslog_pb2.AccessLog:
+def record_access_log(*, in_flight: bool = False) -> accesslog_pb2.AccessLog:
     """Every request's record, over gRPC to the ext_proc servers (the side cluster),
-    batched every LOG_FLUSH_MS."""
-    return _otel_access_log(wire.RECORD_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER)
+    batched every LOG_FLUSH_MS; at its end only when Envoy also logs requests in flight."""
+    log = _otel_access_log(wire.RECORD_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER)
+    if in_flight:
+        log.filter.CopyFrom(_ends())
+    return log
 
 
-def latency_access_log() -> accesslog_pb2.AccessLog:
+def latency_access_log(*, in_flight: bool = False) -> accesslog_pb2.AccessLog:
     """The records of requests a `routing: latency` route's provider answered, with only
     the fields of wire.LATENCY_LAYOUT, to the control plane's LogsService over the xDS
-    cluster."""
-    return _filtered(
-        _otel_access_log(wire.LATENCY_LOG_NAME, wire.XDS_CLUSTER), LATENCY_FILTER_EXPRESSION
-    )
-
-
-def lane_access_log() -> accesslog_pb2.AccessLog:
-    """The records of `auto` tenants' requests, with only the fields of wire.LANE_LAYOUT,
-    to the control plane's LogsService over the xDS cluster (its lane steering)."""
-    return _filtered(_otel_access_log(wire.LANE_LOG_NAME, wire.XDS_CLUSTER), LANE_FILTER_EXPRESSION)
-
-
-def _filtered(log: accesslog_pb2.AccessLog, expression: str) -> accesslog_pb2.AccessLog:
-    """`log` for the requests the CEL `expression` holds for alone."""
-    log.filter.extension_filter.name = CEL_ACCESS_LOG_FILTER
-    log.filter.extension_filter.typed_config.CopyFrom(
-        pack(cel_pb2.ExpressionFilter(expression=expression))
-    )
+    cluster; at their end only."""
+    log = _otel_access_log(wire.LATENCY_LOG_NAME, wire.XDS_CLUSTER)
+    latency = _cel(LATENCY_FILTER_EXPRESSION)
+    log.filter.CopyFrom(_all_of(_ends(), latency) if in_flight else latency)
     return log
+
+
+def lane_access_logs() -> list[accesslog_pb2.AccessLog]:
+    """The records of `auto` tenants' requests, with only the fields of wire.LANE_LAYOUT:
+    at their end and while they run to the control plane's LogsService (over the xDS
+    cluster: its lane steering); while they run to the ext_proc servers (their ends come
+    with the record log)."""
+    to_control_plane = _otel_access_log(wire.LANE_LOG_NAME, wire.XDS_CLUSTER)
+    to_control_plane.filter.CopyFrom(_auto_tenants())
+    to_ext_proc = _otel_access_log(wire.LANE_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER)
+    to_ext_proc.filter.CopyFrom(_all_of(_auto_tenants(), _in_flight()))
+    return [to_control_plane, to_ext_proc]
+
+
+def _cel(expression: str) -> accesslog_pb2.AccessLogFilter:
+    """The requests the CEL `expression` holds for."""
+    return accesslog_pb2.AccessLogFilter(
+        extension_filter=accesslog_pb2.ExtensionFilter(
+            name=CEL_ACCESS_LOG_FILTER,
+            typed_config=pack(cel_pb2.ExpressionFilter(expression=expression)),
+        )
+    )
+
+
+def _auto_tenants() -> accesslog_pb2.AccessLogFilter:
+    """Requests of `auto` tenants (metadata wire.META_AUTO_LANE true; Envoy's own metadata
+    match, cheaper than CEL); a request without it is not one."""
+    return accesslog_pb2.AccessLogFilter(
+        metadata_filter=accesslog_pb2.MetadataFilter(
+            matcher=metadata_pb2.MetadataMatcher(
+                filter=wire.METADATA_NAMESPACE,
+                path=[metadata_pb2.MetadataMatcher.PathSegment(key=wire.META_AUTO_LANE)],
+                value=value_pb2.ValueMatcher(bool_match=True),
+            ),
+            match_if_key_not_found=wrappers_pb2.BoolValue(value=False),
+        )
+    )
+
+
+_IN_FLIGHT: Final = accesslog_data_pb2.AccessLogType.DownstreamPeriodic
+
+
+def _in_flight() -> accesslog_pb2.AccessLogFilter:
+    """Records Envoy sends while a request runs (wire.LOG_TYPE_IN_FLIGHT)."""
+    return accesslog_pb2.AccessLogFilter(
+        log_type_filter=accesslog_pb2.LogTypeFilter(types=[_IN_FLIGHT])
+    )
+
+
+def _ends() -> accesslog_pb2.AccessLogFilter:
+    """Every record but those sent while a request runs."""
+    return accesslog_pb2.AccessLogFilter(
+        log_type_filter=accesslog_pb2.LogTypeFilter(types=[_IN_FLIGHT], exclude=True)
+    )
+
+
+def _all_of(*filters: accesslog_pb2.AccessLogFilter) -> accesslog_pb2.AccessLogFilter:
+    return accesslog_pb2.AccessLogFilter(and_filter=accesslog_pb2.AndFilter(filters=filters))
 
 
 def _otel_access_log(log_name: str, cluster: str) -> accesslog_pb2.AccessLog:
