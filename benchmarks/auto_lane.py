@@ -47,7 +47,8 @@ from benchmarks.harness.results import machine, today
 from benchmarks.harness.stack import ROOT, Ports, UpStack, probe_headers
 from sluicegate import wire
 from sluicegate.config import AutoLane, hash_key
-from sluicegate.xds.translate.record_log import IN_FLIGHT_FLUSH_MS, LOG_FLUSH_MS
+from sluicegate.wire import IN_FLIGHT_FLUSH_MS
+from sluicegate.xds.translate.record_log import LOG_FLUSH_MS
 
 SECTION = "The auto lane (issue 12, step 3)"
 MODEL = "m"

@@ -257,6 +257,8 @@ class EnvoyRefusal:
     headers: tuple[tuple[str, str], ...] = ()
 
 
+# Envoy's response details of a request a fast-lane token bucket refused.
+BUCKETS_REFUSED: Final = "local_rate_limited"
 # Checked on Envoy 1.40: api_key_auth's details for no key and an unknown key, and
 # local_ratelimit's. In the routing stage's words where it has them (filters/admission).
 FAST_LANE_REFUSALS: Final[tuple[EnvoyRefusal, ...]] = (
@@ -278,7 +280,7 @@ FAST_LANE_REFUSALS: Final[tuple[EnvoyRefusal, ...]] = (
     ),
     # The bucket's filter adds Retry-After and the refusal header (tenant_limits.py).
     EnvoyRefusal(
-        "local_rate_limited",
+        BUCKETS_REFUSED,
         429,
         "rate_limit_error",
         "rate_limit_exceeded",

@@ -152,12 +152,14 @@ RECORD_PROVIDER_TTFT_US: Final = "provider_ttft_us"
 # each as one JSON object.
 RECORD_METADATA: Final = "metadata"
 RECORD_USAGE: Final = "usage"
-# Envoy's id of the request (its x-request-id), the same in each of its records; and the
-# record's access-log type: LOG_TYPE_IN_FLIGHT for one sent while the request still runs
-# (docs/fast-lane.md, "The auto lane"), else the request's end.
+# The request's id, the same in each of its records: made by Envoy from values no client
+# sets (not x-request-id, which a sidecar keeps from its client); and the record's
+# access-log type: LOG_TYPE_IN_FLIGHT for one sent while the request still runs, every
+# IN_FLIGHT_FLUSH_MS (docs/fast-lane.md, "The auto lane"), else the request's end.
 RECORD_STREAM_ID: Final = "stream_id"
 RECORD_LOG_TYPE: Final = "log_type"
 LOG_TYPE_IN_FLIGHT: Final = "DownstreamPeriodic"
+IN_FLIGHT_FLUSH_MS: Final = 500
 # The record's fields in the order its body carries them. The metadata JSON comes last:
 # it is the only field holding client text (an unrouted model), and a split that stops
 # before it leaves whatever it holds in it.
@@ -335,12 +337,13 @@ LATENCY_LAYOUT: Final = (
 # at their end and while they run, and to the ext_proc servers while they run: what lane
 # steering and the exact lane's charges read (which request and whether it still runs,
 # whether it failed, the tenant, key and estimate in the metadata, the usage, and for a
-# stream without usage its counted events).
+# stream without usage its counted events; the details tell the fast lane's own refusal).
 LANE_LOG_NAME: Final = "sluicegate-lane"
 LANE_LAYOUT: Final = (
     RECORD_STREAM_ID,
     RECORD_LOG_TYPE,
     RECORD_STATUS,
+    RECORD_DETAILS,
     RECORD_CONTENT_TYPE,
     RECORD_USAGE,
     RECORD_METADATA,

@@ -15,7 +15,14 @@ from urllib.parse import urlsplit
 
 from .addresses import is_ip_address
 from .admin_address import parse_admin_address
-from .admission import FAST_LANE_MIN_FILL_MS, LANE_EXACT, LANE_FAST, Admission, RateLimits
+from .admission import (
+    FAST_LANE_MIN_FILL_MS,
+    LANE_AUTO,
+    LANE_EXACT,
+    LANE_FAST,
+    Admission,
+    RateLimits,
+)
 from .document import Document, KeyRef, SettingsRoute
 from .durations import format_duration_ms
 from .keyhash import parse_key_hash
@@ -520,6 +527,27 @@ def uses_fast_lane(doc: Document) -> bool:
     )
 
 
+def check_auto_lane(doc: Document, at: Locator) -> Iterable[Problem]:
+    """Warn where the auto lane would do nothing: `admission.auto_lane` set with no `auto`
+    tenant, and an `auto` tenant with no limit (nothing to move it by: it stays fast)."""
+    admission = doc.admission
+    if admission is None:
+        return
+    auto = [(t, tenant) for t, tenant in doc.tenants if admission.lane_of(tenant) == LANE_AUTO]
+    if "auto_lane" in admission.model_fields_set and not auto:
+        yield at.warning(
+            ("admission", "auto_lane"),
+            "no tenant takes lane auto, so these thresholds move nobody",
+        )
+    for t, tenant in auto:
+        if tenant.rate_limits is None and all(key.rate_limits is None for key in tenant.keys):
+            yield at.warning(
+                ("tenants", t, "lane") if tenant.lane else ("tenants", t),
+                f"tenant '{tenant.name}' takes lane auto but has no rate limit, its own or "
+                "a key's: it stays in the fast lane",
+            )
+
+
 def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
     """The fast lane is decided by Envoy alone (docs/fast-lane.md): it checks client keys
     itself, every key of every tenant (so each needs its `secret`), and it limits
@@ -768,6 +796,7 @@ RULES: tuple[Rule, ...] = (
     check_resilience,
     check_admission,
     check_lane,
+    check_auto_lane,
     check_tenants,
     check_client_keys,
     check_scenarios,

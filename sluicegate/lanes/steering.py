@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from sluicegate import config
+from sluicegate.local_replies import BUCKETS_REFUSED
 from sluicegate.model import Gateway
 from sluicegate.records import RequestRecord, billed_in_flight, billed_record, decode
 
@@ -116,10 +117,15 @@ class LaneMove:
     to_lane: config.Lane
     limit: LimitUsage | None
     threshold: float
+    # Moved because the fast lane's buckets refused it (they charge a request's estimate,
+    # which may run far above what it is billed).
+    refused: bool = False
 
     def describe(self) -> str:
         """The one log line of this move."""
-        if self.limit is None:
+        if self.refused:
+            why = "the fast lane's token buckets refused a request"
+        elif self.limit is None:
             why = "no limits left"
         else:
             side = ">=" if self.to_lane == config.LANE_EXACT else "<="
@@ -171,12 +177,24 @@ class _TenantState:
     own: _Scope | None
     keys: dict[str, _Scope] = field(default_factory=dict)
     moves: int = 0
+    # The fast lane's buckets refused one of its requests since it last moved.
+    refused: bool = False
 
     def usages(self, now: float) -> list[LimitUsage]:
         usages = [] if self.own is None else self.own.usages(None, now)
         for name, scope in self.keys.items():
             usages.extend(scope.usages(name, now))
         return usages
+
+
+@dataclass(frozen=True, slots=True)
+class SavedLanes:
+    """The steering's state, kept across a load the control plane may reject."""
+
+    tenants: dict[str, _TenantState]
+    running: OrderedDict[tuple[str, str], _Running]
+    settings: AutoLaneSettings
+    windows: dict[int, float]  # a usage log's id -> its window before the load
 
 
 class LaneSteering:
@@ -191,8 +209,8 @@ class LaneSteering:
         self.settings = settings or AutoLaneSettings()
         self._clock = clock
         self._tenants: dict[str, _TenantState] = {}
-        # Stream id -> a running request's charges (Envoy's records while it runs).
-        self._running: OrderedDict[str, _Running] = OrderedDict()
+        # (tenant, stream id) -> a running request's charges (its records while it runs).
+        self._running: OrderedDict[tuple[str, str], _Running] = OrderedDict()
         self.records_counted = 0
 
     # ----- config --------------------------------------------------------------------------
@@ -230,6 +248,26 @@ class LaneSteering:
                     state.keys[key.name] = scope
             self._tenants[tenant.name] = state
 
+    def saved(self) -> SavedLanes:
+        """What `restore` puts back: the state before a load that may be rejected."""
+        windows = {
+            id(scope.log): scope.log.window_s
+            for state in self._tenants.values()
+            for scope in (state.own, *state.keys.values())
+            if scope is not None
+        }
+        return SavedLanes(dict(self._tenants), OrderedDict(self._running), self.settings, windows)
+
+    def restore(self, saved: SavedLanes) -> None:
+        """Back to the state `saved` returned (the control plane's load was rejected: the
+        last good config, with its tenants' lanes and counts, stays in force)."""
+        self._tenants, self._running = saved.tenants, saved.running
+        self.settings = saved.settings
+        for state in self._tenants.values():
+            for scope in (state.own, *state.keys.values()):
+                if scope is not None and id(scope.log) in saved.windows:
+                    scope.log.set_window(saved.windows[id(scope.log)])
+
     # ----- records -------------------------------------------------------------------------
 
     def on_records(self, batch: Sequence[Any]) -> int:
@@ -254,7 +292,11 @@ class LaneSteering:
         if record.in_flight:
             return self._running_request(record, logs)
         bill = billed_record(record)
-        running = self._running.pop(record.stream_id, None) if record.stream_id else None
+        if bill.failed and _refused_by_buckets(record) and state.lane == config.LANE_FAST:
+            state.refused = True  # the exact lane admits it by what it is billed
+        running = (
+            self._running.pop((record.tenant, record.stream_id), None) if record.stream_id else None
+        )
         if running is not None:
             # Counted while it ran: its estimate becomes what it was billed, in place.
             for log, entry in running.charges:
@@ -276,8 +318,8 @@ class LaneSteering:
     def _running_request(self, record: RequestRecord, logs: list[UsageLog]) -> bool:
         """A request's record sent while it runs (docs/fast-lane.md, "The auto lane"): its
         first counts its estimate now, so a long request is seen long before its end."""
-        stream = record.stream_id
-        if not stream or stream in self._running:
+        stream = (record.tenant, record.stream_id)
+        if not record.stream_id or stream in self._running:
             return False  # counted already (Envoy sends one every IN_FLIGHT_FLUSH_MS)
         bill = billed_in_flight(record)
         now = self._clock()
@@ -300,7 +342,9 @@ class LaneSteering:
         for name, state in self._tenants.items():
             fullest = max(state.usages(now), key=lambda usage: usage.fraction, default=None)
             fraction = 0.0 if fullest is None else fullest.fraction
-            if state.lane == config.LANE_FAST and fraction >= settings.exact_above:
+            if state.lane == config.LANE_FAST and (
+                fraction >= settings.exact_above or state.refused
+            ):
                 to_lane: config.Lane = config.LANE_EXACT
                 threshold = settings.exact_above
             elif (
@@ -311,8 +355,9 @@ class LaneSteering:
                 to_lane, threshold = config.LANE_FAST, settings.fast_below
             else:
                 continue
-            moves.append(LaneMove(name, state.lane, to_lane, fullest, threshold))
-            state.lane, state.since = to_lane, now
+            refused = state.refused and fraction < settings.exact_above
+            moves.append(LaneMove(name, state.lane, to_lane, fullest, threshold, refused))
+            state.lane, state.since, state.refused = to_lane, now, False
             state.moves += 1
         return moves
 
@@ -334,3 +379,9 @@ class LaneSteering:
             )
             for name, state in self._tenants.items()
         }
+
+
+def _refused_by_buckets(record: RequestRecord) -> bool:
+    """A fast-lane request its tenant's token buckets refused (Envoy's details; a
+    provider's own 429 says `via_upstream`)."""
+    return record.fast_lane and record.code_details == BUCKETS_REFUSED

@@ -31,7 +31,7 @@ from .metrics import (
     RecordMetrics,
     time_per_output_token,
 )
-from .record import RequestRecord, decode, fields_of
+from .record import RequestRecord, decode, fields_of, log_name
 from .sink import RecordSink, log_records
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "billed_record",
     "decode",
     "fields_of",
+    "log_name",
     "log_records",
     "logs_handler",
     "record_line",

@@ -180,6 +180,13 @@ def error_code(meta_code: str, status: int, details: str, flags: str, route: str
     return local_replies.local_reply_code(status, details, flag_set) or ""
 
 
+def log_name(log_record: Any) -> str:
+    """The name of the log that sent the record (its body's first line: wire.record_body);
+    "" for a record without a body."""
+    body: str = log_record.body.string_value
+    return body.partition("\n")[0]
+
+
 def fields_of(log_record: Any) -> dict[str, str]:
     """The record's fields by key, from its body (wire.record_fields). A record without a
     body comes from an Envoy still on the config from before the body (an upgrade under

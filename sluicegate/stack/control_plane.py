@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluicegate import wire
 from sluicegate.config import (
     Config,
     ConfigError,
@@ -51,7 +52,7 @@ from sluicegate.config import (
 from sluicegate.lanes import LaneMove, LaneSteering
 from sluicegate.latency import LatencyRouter, WeightChange
 from sluicegate.model import Gateway, build_model
-from sluicegate.records import decode
+from sluicegate.records import decode, log_name
 from sluicegate.stack.rejection import log_rejection
 from sluicegate.xds.server import ENDPOINT, Snapshot, SnapshotCache
 from sluicegate.xds.translate import RouteMemo, translate
@@ -163,6 +164,7 @@ class ControlPlane:
         for warning in configured.warnings:
             log.warning("%s", warning)
         self.latency.load(configured)  # keeps what was learned of routes still there
+        lanes_before = self.lanes.saved()
         self.lanes.load(configured)  # keeps auto tenants' usage and lanes
         model = self._steered(configured)
         snapshot = Snapshot.from_resources(translate(model, self._memo))
@@ -172,7 +174,7 @@ class ControlPlane:
         if missing:
             if self.configured is not None:
                 self.latency.load(self.configured)  # back to the routes still served
-                self.lanes.load(self.configured)
+            self.lanes.restore(lanes_before)  # its tenants keep their lanes and counts
             shown = [f"inconsistent snapshot, not published: {m}" for m in missing[:5]]
             more = [f"(and {len(missing) - 5} more)"] if len(missing) > 5 else []
             return self._reject(shown + more)
@@ -227,11 +229,14 @@ class ControlPlane:
 
     def on_records(self, batch: Sequence[Any]) -> int:
         """Records Envoy sent the control plane (its LogsService; records.RecordBatches):
-        the latency log's and the lane log's, each decoded once and offered to both."""
+        the lane log's to the lane steering, the latency log's to the latency router."""
         counted = 0
         for log_record in batch:
             record = decode(log_record, {})
-            counted += self.latency.observe(record) | self.lanes.observe(record)
+            if log_name(log_record) == wire.LANE_LOG_NAME:
+                counted += self.lanes.observe(record)
+            else:  # the latency log's (one with no body: from an Envoy before the body)
+                counted += self.latency.observe(record)
         return counted
 
     def _push_steered(

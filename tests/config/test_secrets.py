@@ -256,3 +256,20 @@ def test_the_auto_lanes_thresholds_are_ordered(tmp_path: Path) -> None:
     (problem,) = validate_file(path, env={"CI": CLIENT_KEY})
     assert problem.key_path == "admission.auto_lane"
     assert "fast_below (0.25) must be below exact_above (0.2)" in problem.message
+
+
+def test_the_auto_lane_warns_where_it_would_move_nobody(tmp_path: Path) -> None:
+    """Thresholds with no auto tenant, and an auto tenant with no limit: valid, but said."""
+    path = _with_tenant(tmp_path, ", secret: {env: CI}", lane="exact")
+    text = path.read_text().replace(
+        "admission: {lane: exact}", "admission: {lane: exact, auto_lane: {hold: 5s}}"
+    )
+    path.write_text(text)
+    (warning,) = validate_file(path, env={"CI": CLIENT_KEY})
+    assert (warning.is_error, warning.key_path) == (False, "admission.auto_lane")
+    assert "no tenant takes lane auto" in warning.message
+    path = _with_tenant(tmp_path, ", secret: {env: CI}", lane="auto")
+    path.write_text(path.read_text().replace("    rate_limits: {requests: 10, per: 1m}\n", ""))
+    (warning,) = validate_file(path, env={"CI": CLIENT_KEY})
+    assert (warning.is_error, warning.key_path) == (False, "tenants[0]")
+    assert "has no rate limit" in warning.message

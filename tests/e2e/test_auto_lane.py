@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from sluicegate.config import hash_key
-from sluicegate.xds.translate.record_log import IN_FLIGHT_FLUSH_MS, LOG_FLUSH_MS
+from sluicegate.wire import IN_FLIGHT_FLUSH_MS
+from sluicegate.xds.translate.record_log import LOG_FLUSH_MS
 from tests.e2e.stack import DEMO_KEY, Stack, quickstart_with_envoy_keys, running_stack
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -20,6 +20,7 @@ from sluicegate import wire
 from sluicegate.filters import ExtProcServer
 from sluicegate.filters.admission import (
     AdmissionController,
+    AdmissionMetrics,
     AdmissionPolicy,
     ClientIdentity,
     StoreSettings,
@@ -27,7 +28,8 @@ from sluicegate.filters.admission import (
     charge_fast_lane,
     charge_finished,
 )
-from sluicegate.filters.limiter import Limit, Usage
+from sluicegate.filters.admission.recent import RecentIds
+from sluicegate.filters.limiter import Decision, Limit, LimiterStore, MemoryStore, Usage
 from sluicegate.model import Gateway
 from sluicegate.records import decode
 from tests.redis_server import RedisServer
@@ -363,7 +365,8 @@ async def test_an_auto_tenant_s_requests_are_marked_admitted_or_refused(
 # ----- a long request is charged while it runs ---------------------------------------------
 # Envoy logs an auto tenant's request while it runs (wire.LOG_TYPE_IN_FLIGHT, on the lane
 # log) and at its end (the record log), both naming it by its stream id: the first charges
-# its estimate, reconcilable; the end reconciles that charge to what it was billed.
+# its estimate under `tenant/stream id`; the end reconciles that charge to what it was
+# billed.
 
 TOKENS_ONLY = (
     HEAD
@@ -387,11 +390,17 @@ def in_flight_record(stream_id: str, **fields: Any) -> Any:
     return decode(log_record(values, log_name=wire.LANE_LOG_NAME), {})
 
 
-def end_record(stream_id: str, **fields: Any) -> Any:
-    """The same request's record at its end (the record log, with its stream id)."""
+def end_record(stream_id: str, *, duration_us: int | None = None, **fields: Any) -> Any:
+    """The same request's record at its end (the record log, with its stream id), and
+    its duration (its last byte to the client) when given."""
     values = fast_lane_fields(**fields)
     values[wire.RECORD_STREAM_ID] = stream_id
+    if duration_us is not None:
+        values[wire.RECORD_LAST_DOWNSTREAM_BYTE_US] = str(duration_us)
     return decode(log_record(values), {})
+
+
+FLUSH_US = wire.IN_FLIGHT_FLUSH_MS * 1000  # Envoy's first record of a running request
 
 
 async def window(controller: AdmissionController, limits: tuple[Limit, ...]) -> list[int]:
@@ -477,20 +486,23 @@ async def test_an_end_record_before_its_in_flight_record_charges_the_request_onc
         await held.close()
 
 
+@pytest.mark.parametrize("duration_us", [None, FLUSH_US], ids=["duration unknown", "500 ms"])
 @pytest.mark.parametrize("status", [429, 503, 0])
 async def test_a_failed_end_gives_back_what_its_in_flight_record_charged(
-    any_store: AdmissionController, status: int
+    any_store: AdmissionController, status: int, duration_us: int | None
 ) -> None:
     """A request charged its estimate while it ran, then failed (an error, no answer):
     providers bill nothing, so its window holds what it held before it, the request
-    included; nothing counts as a fast-lane charge."""
+    included; nothing counts as a fast-lane charge. It ended as Envoy's first record of
+    it running was due (wire.IN_FLIGHT_FLUSH_MS), or at a time its record does not say."""
     held = any_store
     limits = held.policy.client_limits(IDENTITY)
     assert (await held.store().reserve("earlier", limits, Usage(10, 0))).admitted
     charge_finished(held, in_flight_record("stream-1"))
     await held.settled()
     assert await window(held, limits) == [2, 130, 130]
-    assert not charge_fast_lane(held, end_record("stream-1", status=status))
+    end = end_record("stream-1", status=status, duration_us=duration_us)
+    assert not charge_fast_lane(held, end)
     await held.settled()
     assert await window(held, limits) == [1, 10, 10]
     assert fast_lane_charges(held) == 0
@@ -521,7 +533,7 @@ async def test_an_exact_lane_request_s_in_flight_record_leaves_its_reservation_a
     held = any_store
     limits = held.policy.client_limits(IDENTITY)
     assert (await held.store().reserve("rid-1", limits, Usage(20, 100))).admitted
-    exact = {"reservation": "rid-1", "fast_lane": False}
+    exact: dict[str, Any] = {"reservation": "rid-1", "fast_lane": False}
     charge_finished(held, in_flight_record("stream-1", status=status, **exact))
     await held.settled()
     assert await window(held, limits) == [1, 120, 120]
@@ -535,3 +547,190 @@ async def test_an_exact_lane_request_s_in_flight_record_leaves_its_reservation_a
     assert await window(held, limits) == [1, 40, 40]
     assert sample(registry, "sluicegate_usage_reports_total", {"source": "provider"}) == 1
     assert fast_lane_charges(held) == 0
+
+
+# ----- review fixes: ids per tenant, refusals, the Redis race, repeats, drops ---------------
+
+
+def both_auto(store: StoreSettings | None) -> AdmissionController:
+    """A controller whose two tenants are both auto."""
+    policy = admission_policy(auto_gateway(CONFIG, "team", "other"))
+    return AdmissionController(
+        policy if store is None else dataclasses.replace(policy, store=store)
+    )
+
+
+async def test_two_tenants_streams_of_one_id_are_charged_each(
+    store_settings: StoreSettings | None,
+) -> None:
+    """Stream ids are unique per tenant only: one tenant's charge never takes another's."""
+    held = both_auto(store_settings)
+    try:
+        other = ClientIdentity("other", "other-key")
+        mine, theirs = held.policy.client_limits(IDENTITY), held.policy.client_limits(other)
+        charge_finished(held, in_flight_record("stream-1"))
+        charge_finished(held, in_flight_record("stream-1", tenant="other", key="other-key"))
+        await held.settled()
+        assert await window(held, mine) == [1, 120, 120]
+        assert await window(held, theirs) == [1, 120]
+        charge_finished(held, end_record("stream-1", usage=USAGE))
+        end = end_record(
+            "stream-1", tenant="other", key="other-key", usage={**USAGE, "completion_tokens": 1}
+        )
+        charge_finished(held, end)
+        await held.settled()
+        assert await window(held, mine) == [1, 40, 40]
+        assert await window(held, theirs) == [1, 31]
+    finally:
+        await held.close()
+
+
+@pytest.mark.parametrize("status", [429, 503, 0])
+async def test_a_request_that_failed_before_it_could_be_logged_running_leaves_no_record(
+    status: int,
+) -> None:
+    """A refusal (a bucket's 429) ends long before Envoy's first record of it running
+    (wire.IN_FLIGHT_FLUSH_MS): no reconcile, no charge, so the store keeps no record of
+    it for a window (thousands of refusals, thousands of records)."""
+    held = AdmissionController(auto_policy())
+    try:
+        store = held.store()
+        assert isinstance(store, MemoryStore)
+        for n, duration_us in enumerate((0, 1_000, FLUSH_US - 1)):
+            end = end_record(f"stream-{n}", status=status, duration_us=duration_us)
+            assert not charge_fast_lane(held, end)
+        await held.settled()
+        assert store.tracked_reservations == 0
+        # One that lasted until its record running was due settles as before: it holds
+        # its id (a late record of it running must charge nothing).
+        charge_fast_lane(held, end_record("long", status=status, duration_us=FLUSH_US))
+        await held.settled()
+        assert store.tracked_reservations == 1
+        assert await window(held, held.policy.client_limits(IDENTITY)) == [0, 0, 0]
+    finally:
+        await held.close()
+
+
+class InFlightChargeLandsLate:
+    """A real store where a running request's charge (its in-flight record's, sent by
+    another task or replica) lands between the end record's reconcile and its charge,
+    the race two Redis round trips leave open."""
+
+    def __init__(self, store: LimiterStore, limits: tuple[Limit, ...], estimate: Usage) -> None:
+        self.store = store
+        self._late: tuple[tuple[Limit, ...], Usage] | None = (limits, estimate)
+
+    async def reserve(
+        self, reservation_id: str, limits: Sequence[Limit], estimate: Usage
+    ) -> Decision:
+        return await self.store.reserve(reservation_id, limits, estimate)
+
+    async def reconcile(self, reservation_id: str, actual: Usage) -> bool:
+        applied = await self.store.reconcile(reservation_id, actual)
+        if self._late is not None:
+            limits, estimate = self._late
+            self._late = None
+            assert await self.store.charge(reservation_id, limits, estimate)
+        return applied
+
+    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
+        return await self.store.charge(charge_id, limits, usage)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+async def test_an_in_flight_charge_landing_after_the_end_s_reconcile_is_reconciled(
+    store_settings: StoreSettings | None,
+) -> None:
+    """The end record finds no charge to reconcile, the in-flight record's charge lands,
+    and the end's own charge is refused as a duplicate: the end reconciles once more, so
+    the window holds what the request was billed, not its estimate."""
+    held = AdmissionController(auto_policy(store=store_settings))
+    try:
+        limits = held.policy.client_limits(IDENTITY)
+        racing = InFlightChargeLandsLate(held.store(), limits, Usage(20, 100))
+        held._store = racing  # the race, on the real store beneath
+        assert charge_fast_lane(held, end_record("stream-1", usage=USAGE))
+        await held.settled()
+        assert await window(held, limits) == [1, 40, 40]
+    finally:
+        await held.close()
+
+
+def store_calls(controller: AdmissionController, op: str) -> float:
+    """Redis calls of `op` made so far (the store's latency histogram counts each)."""
+    labels = {"op": op}
+    return sample(controller.metrics.registry, "sluicegate_limiter_store_seconds_count", labels)
+
+
+async def test_a_running_request_s_repeated_records_cost_one_store_call(
+    redis_server: RedisServer,
+) -> None:
+    """Envoy logs a running request every 500 ms: only its first record asks Redis,
+    across a reload of the policy too; its end reconciles, and a record of it running
+    that arrives after its end asks nothing either."""
+    store = StoreSettings(kind="redis", url=redis_server.url, key_prefix=uuid.uuid4().hex[:12])
+    held = AdmissionController(auto_policy(store=store))
+    try:
+        limits = held.policy.client_limits(IDENTITY)
+        for _ in range(5):
+            charge_finished(held, in_flight_record("stream-1"))
+            await held.settled()
+        assert store_calls(held, "charge") == 1
+        held.update(auto_policy(store=store))
+        charge_finished(held, in_flight_record("stream-1"))
+        await held.settled()
+        assert store_calls(held, "charge") == 1
+        charge_finished(held, end_record("stream-1", usage=USAGE))
+        await held.settled()
+        assert (store_calls(held, "charge"), store_calls(held, "reconcile")) == (1, 1)
+        charge_finished(held, in_flight_record("stream-1"))
+        await held.settled()
+        assert (store_calls(held, "charge"), store_calls(held, "reconcile")) == (1, 1)
+        assert await window(held, limits) == [1, 40, 40]
+    finally:
+        await held.close()
+
+
+def test_the_ids_kept_are_bounded_oldest_first() -> None:
+    ids = RecentIds(3)
+    assert [ids.add(item) for item in ("a", "b", "c", "a")] == [True, True, True, False]
+    assert ids.add("d")  # "b" was the oldest: "a" was seen again
+    assert len(ids) == 3 and "b" not in ids and all(item in ids for item in "acd")
+    assert ids.add("b")
+    ids.discard("b")
+    assert "b" not in ids
+
+
+async def test_a_charge_dropped_while_redis_is_down_is_counted_and_tried_again() -> None:
+    """fail_open, Redis gone: a running request's charge is counted nowhere
+    (sluicegate_limiter_dropped_charges_total), and its next record tries again, which
+    counts once Redis is back."""
+    with RedisServer() as server:
+        store = StoreSettings(
+            kind="redis", url=server.url, key_prefix=uuid.uuid4().hex[:12], on_failure="fail_open"
+        )
+        held = AdmissionController(auto_policy(store=store))
+        try:
+            limits = held.policy.client_limits(IDENTITY)
+            server.stop()
+            for _ in range(2):
+                charge_finished(held, in_flight_record("stream-1"))
+                await held.settled()
+            registry = held.metrics.registry
+            assert sample(registry, "sluicegate_limiter_dropped_charges_total") == 2
+            server.start()
+            await wait_until(lambda: held.status()["store"]["state"] == "up")
+            charge_finished(held, in_flight_record("stream-1"))
+            await held.settled()
+            assert await window(held, limits) == [1, 120, 120]
+            assert sample(registry, "sluicegate_limiter_dropped_charges_total") == 2
+        finally:
+            await held.close()
+
+
+def test_fast_lane_charges_are_an_admission_metric() -> None:
+    metrics = AdmissionMetrics()
+    metrics.fast_lane_charges.labels("team").inc()
+    assert sample(metrics.registry, "sluicegate_fast_lane_charges_total", {"tenant": "team"}) == 1

@@ -70,6 +70,8 @@ def record(
     estimate_output: int = 0,
     stream_id: str = "",
     in_flight: bool = False,
+    fast_lane: bool = False,
+    code_details: str = "",
 ) -> RequestRecord:
     return RequestRecord(
         route="chat",
@@ -83,7 +85,7 @@ def record(
         status=status,
         status_class=f"{status // 100}xx" if status else "none",
         flags="",
-        code_details="",
+        code_details=code_details,
         error_code="",
         attempts=1,
         stream=stream,
@@ -101,6 +103,7 @@ def record(
         auto_lane=True,
         stream_id=stream_id,
         in_flight=in_flight,
+        fast_lane=fast_lane,
     )
 
 

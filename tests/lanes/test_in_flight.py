@@ -60,3 +60,11 @@ def test_an_end_whose_running_record_was_never_seen_counts_as_ever() -> None:
     lanes, _ = steering()
     assert lanes.observe(record(input_tokens=30, output_tokens=20, **RUNNING))
     assert used(lanes) == [(None, "requests", 1), ("ci", "tokens", 50)]
+
+
+def test_two_tenants_requests_with_one_id_are_two_requests() -> None:
+    """Ids are kept per tenant: one tenant's end never settles another's running request."""
+    lanes, _ = steering()
+    lanes.observe(record(in_flight=True, **RUNNING))
+    assert lanes.observe(record("solo", "solo-key", input_tokens=1, output_tokens=1, **RUNNING))
+    assert used(lanes) == [(None, "requests", 1), ("ci", "tokens", 600)]

@@ -333,3 +333,24 @@ def test_thresholds_can_be_set() -> None:
     assert [m.to_lane for m in lanes.tick()] == ["exact"]
     clock.now += 60
     assert [m.to_lane for m in lanes.tick()] == ["fast"]
+
+
+def test_a_refusal_by_the_fast_lane_s_buckets_moves_the_tenant_to_the_exact_lane() -> None:
+    """The buckets charge a request's estimate, which may run far above what it is billed:
+    a tenant they refuse is moved however little its windows hold, and the exact lane
+    admits it by what it is billed. A provider's own 429 moves nobody."""
+    lanes, _ = steering()
+    provider_429 = record(status=429, input_tokens=None, output_tokens=None, fast_lane=True,
+                          code_details="via_upstream")  # fmt: skip
+    assert not lanes.observe(provider_429)
+    assert lanes.tick() == []
+    refused = record(status=429, input_tokens=None, output_tokens=None, fast_lane=True,
+                     code_details="local_rate_limited")  # fmt: skip
+    assert not lanes.observe(refused)  # counts nothing
+    [move] = lanes.tick()
+    assert (move.to_lane, move.refused) == ("exact", True)
+    assert "token buckets refused" in move.describe()
+    assert lanes.report()["acme"].limits[0].used == 0
+    # In the exact lane, a refusal there (the routing stage's) changes nothing.
+    lanes.observe(refused)
+    assert lanes.tick() == []

@@ -29,6 +29,7 @@ class RecordingObserver:
         self.latencies: list[tuple[str, float]] = []
         self.failures: list[str] = []
         self.states: list[str] = []
+        self.dropped_charges = 0
 
     def store_latency(self, op: str, seconds: float) -> None:
         self.latencies.append((op, seconds))
@@ -38,6 +39,9 @@ class RecordingObserver:
 
     def store_state(self, state: str) -> None:
         self.states.append(state)
+
+    def charge_dropped(self) -> None:
+        self.dropped_charges += 1
 
 
 @pytest.fixture

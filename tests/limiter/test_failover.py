@@ -354,7 +354,7 @@ async def test_a_charge_goes_to_redis_then_by_policy_while_down(
 ) -> None:
     """A request admitted elsewhere (model.LimiterStore.charge): over a full window in
     Redis; while Redis is down, counted in the local store at each replica's share with
-    `local`, else dropped (and counted as dropped)."""
+    `local`, else dropped (and counted as dropped, the observer told of each)."""
     store = make_store(server, key_prefix, on_failure, observer, replicas=2)
     closing.append(store)
     lim = limit("tokens", 100)
@@ -368,7 +368,7 @@ async def test_a_charge_goes_to_redis_then_by_policy_while_down(
     assert await store.charge("fast-3", [lim], tokens(60)) is counted  # already down
     assert store.state == "down"
     assert observer.failures == ["charge"]
-    assert store.dropped_charges == (0 if counted else 2)
+    assert store.dropped_charges == observer.dropped_charges == (0 if counted else 2)
     d = await store.reserve("down", [lim], NOTHING)
     if counted:
         # The local share is 100 // 2: the 70 charged locally fill it and more.
@@ -378,22 +378,22 @@ async def test_a_charge_goes_to_redis_then_by_policy_while_down(
 
 
 @pytest.mark.parametrize("on_failure", ["fail_open", "fail_closed", "local"])
-async def test_a_reconcilable_charge_is_reconciled_where_it_was_kept(
+async def test_a_charge_is_reconciled_where_it_was_kept(
     on_failure: OnFailure,
     server: RedisServer,
     key_prefix: str,
     observer: RecordingObserver,
     closing: list[FailoverStore],
 ) -> None:
-    """A running request's charge (model.LimiterStore.charge, reconcilable): in Redis while
+    """A running request's charge (model.LimiterStore.charge): in Redis while
     it is up; while down, with `local`, kept in the local store, reconciled there even
     once Redis is back and not charged in Redis again; else dropped, nothing to reconcile."""
     store = make_store(server, key_prefix, on_failure, observer, replicas=2)
     closing.append(store)
     lim = limit("tokens", 100)
-    assert await store.charge("up", [lim], tokens(60), reconcilable=True)
+    assert await store.charge("up", [lim], tokens(60))
     with pytest.raises(DuplicateReservation):
-        await store.charge("up", [lim], tokens(60), reconcilable=True)
+        await store.charge("up", [lim], tokens(60))
     assert await store.reconcile("up", tokens(20))
     assert await store.reconcile("up", tokens(30)) is False
     d = await store.reserve("r1", [lim], NOTHING)
@@ -401,13 +401,13 @@ async def test_a_reconcilable_charge_is_reconciled_where_it_was_kept(
 
     server.stop()
     kept = on_failure == "local"
-    assert await store.charge("d1", [lim], tokens(40), reconcilable=True) is kept
-    assert await store.charge("d2", [lim], tokens(5), reconcilable=True) is kept
+    assert await store.charge("d1", [lim], tokens(40)) is kept
+    assert await store.charge("d2", [lim], tokens(5)) is kept
     assert store.state == "down" and store.dropped_charges == (0 if kept else 2)
     assert await store.reconcile("d1", tokens(45)) is kept
     if kept:
         with pytest.raises(DuplicateReservation):
-            await store.charge("d1", [lim], tokens(40), reconcilable=True)
+            await store.charge("d1", [lim], tokens(40))
         d = await store.reserve("r2", [lim], NOTHING)
         assert d.store_mode == "local" and d.states[0].used == 50  # 45 + 5, at the share
 
@@ -417,9 +417,9 @@ async def test_a_reconcilable_charge_is_reconciled_where_it_was_kept(
         # Redis does not hold d2, but it is in use: a later in-flight record of it must
         # not charge it in Redis as well.
         with pytest.raises(DuplicateReservation):
-            await store.charge("d2", [lim], tokens(5), reconcilable=True)
+            await store.charge("d2", [lim], tokens(5))
     else:
-        assert await store.charge("d2", [lim], tokens(5), reconcilable=True)  # first count
+        assert await store.charge("d2", [lim], tokens(5))  # first count
     d = await store.reserve("r3", [lim], NOTHING)
     assert d.store_mode == "ok" and d.states[0].used == (0 if kept else 5)
     assert await store.reconcile("d2", tokens(8)) is True

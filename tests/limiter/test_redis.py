@@ -138,18 +138,16 @@ async def test_key_layout(store: RedisStore, raw: aioredis.Redis, key_prefix: st
     assert await raw.hget(f"{base}r:rid-1", "d") == "1"
 
 
-async def test_a_reconcilable_charge_keeps_the_record_a_reservation_keeps(
+async def test_a_charge_keeps_the_record_a_reservation_keeps(
     store: RedisStore, raw: aioredis.Redis, key_prefix: str
 ) -> None:
-    """Same fields and expiry (the longest window) as a reservation's, in the same slot;
-    a plain charge keeps none."""
+    """Same fields and expiry (the longest window) as a reservation's, in the same slot."""
     limits = [
         Limit("tenant", "acme", "tokens", 100, 2.0),
         Limit("key", "k-1", "requests", 10, 5.0),
     ]
     base = f"sg:{{{key_prefix}}}:"
-    assert await store.charge("plain", limits, Usage(3, 4))
-    assert await store.charge("kept", limits, Usage(3, 4), reconcilable=True)
+    assert await store.charge("kept", limits, Usage(3, 4))
     assert (await store.reserve("reserved", limits, Usage(3, 4))).admitted
     keys = [key async for key in raw.scan_iter(match=f"*{key_prefix}*", count=1000)]
     assert sorted(k for k in keys if k.startswith(f"{base}r:")) == [
@@ -163,7 +161,6 @@ async def test_a_reconcilable_charge_keeps_the_record_a_reservation_keeps(
     assert 4000 < await raw.pttl(f"{base}r:kept") <= 5000
     assert await store.reconcile("kept", Usage(1, 1))
     assert await raw.zrange(f"{base}l:tenant:acme:tokens:2000", 0, -1) == [
-        "7:plain",
         "2:kept",
         "7:reserved",
     ]

@@ -83,7 +83,16 @@ def test_the_lane_log_body_is_read_in_its_own_order() -> None:
     last), not by record_body: a layout that changed on one side only shows here."""
     meta = json.dumps(LANE_META)
     body = "\n".join(
-        (wire.LANE_LOG_NAME, STREAM_ID, "DownstreamPeriodic", "200", "text/event-stream", "-", meta)
+        (
+            wire.LANE_LOG_NAME,
+            STREAM_ID,
+            "DownstreamPeriodic",
+            "200",
+            "-",
+            "text/event-stream",
+            "-",
+            meta,
+        )
     )
     record = decode(body_record(body), {})
     assert record.in_flight and record.stream_id == STREAM_ID

@@ -73,3 +73,32 @@ def test_records_past_half_a_limit_move_the_tenant_by_the_key_check_alone(
     path.write_text(CONFIG.replace("requests: 10", "requests: 12"))
     assert plane.load().ok
     assert plane.model is not None and plane.model.tenants[0].lane == "exact"
+
+
+def test_a_rejected_reload_keeps_the_lanes_and_counts(tmp_path: Path) -> None:
+    """docs/xds-rules.md rule 14: a config naming a resource it lacks is not published;
+    the lane steering keeps the last good config's tenants, lanes and counts too."""
+    path = tmp_path / "sluicegate.yaml"
+    path.write_text(CONFIG)
+    (tmp_path / "ci.key").write_text(KEY)
+    plane = ControlPlane(path, SnapshotCache())
+    assert plane.load().ok
+    plane.on_records(batch(*(lane_record() for _ in range(5))))
+    assert [m.to_lane for m in plane.tick_lanes()] == ["exact"]
+    # A reload that drops the tenant, then is refused at publish.
+    plane.cache.missing_references = lambda snapshot: ["a resource"]  # type: ignore[method-assign]
+    path.write_text(CONFIG.replace("lane: auto", "lane: exact"))
+    assert not plane.load().ok
+    lanes = status_document(plane)["lanes"]
+    assert lanes["acme"]["lane"] == "exact" and lanes["acme"]["limits"][0]["used"] == 5
+
+
+def test_records_go_to_the_room_their_log_names(tmp_path: Path) -> None:
+    """A lane record to the lane steering alone, never to the latency router."""
+    path = tmp_path / "sluicegate.yaml"
+    path.write_text(CONFIG)
+    (tmp_path / "ci.key").write_text(KEY)
+    plane = ControlPlane(path, SnapshotCache())
+    assert plane.load().ok
+    assert plane.on_records(batch(lane_record())) == 1
+    assert (plane.lanes.records_counted, plane.latency.records_counted) == (1, 0)

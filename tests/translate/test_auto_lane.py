@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from envoy.config.core.v3 import extension_pb2
 from envoy.extensions.filters.http.api_key_auth.v3 import api_key_auth_pb2
+from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
 from google.protobuf.message import Message
 
 from sluicegate.xds.resource import EXTENSION_CONFIG
 from sluicegate.xds.translate import translate
 from sluicegate.xds.translate.client_keys import CLIENT_KEYS_FILTER
+from sluicegate.xds.translate.tenant_limits import limits_filter_name
 
 from .cases import model_of
 
@@ -55,3 +57,22 @@ def test_a_move_changes_the_key_check_alone() -> None:
     old, new = _extensions(before), _extensions(after)
     assert [name for name in old if old[name] != new[name]] == [CLIENT_KEYS_FILTER]
     assert (_clients(before), _clients(after)) == (["fast/acme/acme-ci"], ["exact/acme/acme-ci"])
+
+
+def test_an_auto_tenant_s_buckets_hold_its_limit_less_fast_below() -> None:
+    """It comes back to the fast lane with up to fast_below of a window used: a bucket of
+    the whole limit could then admit 1.25 times the limit in one window. The refill rate
+    stays the limit's."""
+    gateway = model_of("auto_lane")
+    slot = gateway.limit_slots.of["acme"]
+    limiter = local_rate_limit_pb2.LocalRateLimit()
+    _extensions(translate(gateway))[limits_filter_name(slot)].typed_config.Unpack(limiter)
+    buckets = {d.entries[0].value: d.token_bucket for d in limiter.descriptors}
+    # requests: 90 a minute, tokens: 100,000 a minute; fast_below 0.25 (the default).
+    assert {kind: b.max_tokens for kind, b in buckets.items()} == {
+        "requests": 67,
+        "tokens": 75000,
+    }
+    requests = buckets["requests"]
+    fill_ns = requests.fill_interval.seconds * 10**9 + requests.fill_interval.nanos
+    assert round(requests.tokens_per_fill.value * 60 * 10**9 / fill_ns) == 90

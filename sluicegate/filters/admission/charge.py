@@ -15,7 +15,6 @@ its windows already hold what the fast lane let through (docs/admission.md).
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any
 from sluicegate import wire
 from sluicegate.records import RequestRecord, billed, billed_in_flight, billed_record
 
-from ..limiter import DuplicateReservation, Limit, LimiterStore, Usage
+from ..limiter import DuplicateReservation, Limit, Usage
 from .controller import AdmissionController
 from .keyring import ClientIdentity
 
@@ -108,10 +107,13 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
     (the fast lane counts those in its own buckets).
 
     A long request is charged while it runs: its first record sent while it runs
-    (`in_flight`) charges its estimate under its stream id, reconcilable; its end record
-    then reconciles that charge to what it was billed (nothing, for a failed one), or,
-    when none was made, charges that. Whichever of the two records comes first, the
-    store takes a stream id's charge once (a second is DuplicateReservation)."""
+    (`in_flight`) charges its estimate under its charge id (`tenant/stream id`: stream
+    ids are unique per tenant only); its end record then reconciles that charge to what
+    it was billed (nothing, for a failed one), or, when none was made, charges that.
+    Whichever of the two records comes first, the store takes an id's charge once (a
+    second is DuplicateReservation); this process skips ids it charged or settled
+    already (controller.fast_lane_ids) before asking the store. A failed request that
+    ended before Envoy could log it running touches nothing."""
     if not (record.auto_lane and record.fast_lane):
         return False
     policy = controller.policy
@@ -121,41 +123,64 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
     limits = policy.client_limits(ClientIdentity(tenant.name, record.key_name))
     if not limits:
         return False
-    store = controller.store()
-    charge_id = record.stream_id or uuid.uuid4().hex
+    charge_id = f"{tenant.name}/{record.stream_id or uuid.uuid4().hex}"
+    seen = controller.fast_lane_ids
     if record.in_flight:
-        estimate = billed_in_flight(record)
-        usage = Usage(estimate.input_tokens, estimate.output_tokens)
-        controller.spawn(_charge_once(store, charge_id, limits, usage))
+        if seen.add(charge_id):
+            estimate = billed_in_flight(record)
+            usage = Usage(estimate.input_tokens, estimate.output_tokens)
+            controller.spawn(_charge_once(controller, charge_id, limits, usage))
         return True
     bill = billed_record(record)
+    if bill.failed and _ended_unlogged(record):
+        return False  # a refusal: a store record of it would live a window for nothing
+    seen.add(charge_id)
     actual = Usage(bill.input_tokens, bill.output_tokens, requests=0 if bill.failed else 1)
-    controller.spawn(_settle(store, charge_id, limits, actual))
+    controller.spawn(_settle(controller, charge_id, limits, actual))
     if bill.failed:
         return False
     metrics = controller.metrics
     metrics.tokens_charged.labels(tenant.name, record.model, "input").inc(bill.input_tokens)
     metrics.tokens_charged.labels(tenant.name, record.model, "output").inc(bill.output_tokens)
-    controller.fast_lane_charges.labels(tenant.name).inc()
+    metrics.fast_lane_charges.labels(tenant.name).inc()
     return True
 
 
+def _ended_unlogged(record: RequestRecord) -> bool:
+    """Whether the request ended before Envoy's first record of it while running was due
+    (wire.IN_FLIGHT_FLUSH_MS after it began), so no such record exists."""
+    duration_s = record.duration_s
+    return duration_s is not None and duration_s < wire.IN_FLIGHT_FLUSH_MS / 1000
+
+
 async def _charge_once(
-    store: LimiterStore, charge_id: str, limits: Sequence[Limit], usage: Usage
+    controller: AdmissionController, charge_id: str, limits: Sequence[Limit], usage: Usage
 ) -> None:
-    """Charge `usage` under `charge_id` unless it was charged already."""
-    with contextlib.suppress(DuplicateReservation):
-        await store.charge(charge_id, limits, usage, reconcilable=True)
+    """Charge `usage` under `charge_id` unless it was charged already. A charge counted
+    nowhere (Redis down: FailoverStore) forgets the id here, so the request's next
+    record tries again."""
+    try:
+        counted = await controller.store().charge(charge_id, limits, usage)
+    except DuplicateReservation:
+        return
+    if not counted:
+        controller.fast_lane_ids.discard(charge_id)
 
 
 async def _settle(
-    store: LimiterStore, charge_id: str, limits: Sequence[Limit], actual: Usage
+    controller: AdmissionController, charge_id: str, limits: Sequence[Limit], actual: Usage
 ) -> None:
     """At a request's end: its charge made while it ran becomes `actual`; without one,
-    `actual` is charged, a failed request's nothing too: the empty charge holds the
-    stream id, so a record of it while it ran that arrives late charges nothing."""
-    if not await store.reconcile(charge_id, actual):
-        await _charge_once(store, charge_id, limits, actual)
+    `actual` is charged, a failed request's nothing too: the empty charge holds the id, so
+    a record of it while it ran that arrives late charges nothing. On Redis that record's
+    charge may land between the two calls (its id then in use): reconcile once more."""
+    store = controller.store()
+    if await store.reconcile(charge_id, actual):
+        return
+    try:
+        await store.charge(charge_id, limits, actual)
+    except DuplicateReservation:
+        await store.reconcile(charge_id, actual)
 
 
 def charge_finished(controller: AdmissionController, record: RequestRecord) -> None:

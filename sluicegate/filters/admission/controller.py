@@ -10,16 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Mapping
-from typing import Any
-
-from prometheus_client import Counter
+from typing import Any, Final
 
 from ..limiter import FailoverStore, LimiterStore, MemoryStore, RedisStore
 from ..queueing import PriorityGate
 from .metrics import AdmissionMetrics, StoreMetrics
 from .policy import AdmissionPolicy, StoreSettings
+from .recent import RecentIds
 
 log = logging.getLogger("sluicegate.admission")
+
+# The last 100,000 fast-lane requests (each record of a running one refreshes its id):
+# about 20 MB.
+FAST_LANE_IDS_KEPT: Final = 100_000
 
 
 def make_store(settings: StoreSettings, metrics: AdmissionMetrics) -> LimiterStore:
@@ -47,7 +50,7 @@ class AdmissionController:
         "_gates",
         "_store",
         "_store_settings",
-        "fast_lane_charges",
+        "fast_lane_ids",
         "metrics",
         "policy",
     )
@@ -62,14 +65,9 @@ class AdmissionController:
         self._store_settings: StoreSettings | None = None
         self._background: set[asyncio.Task[object]] = set()
         self.metrics.watch_gates(lambda: self._gates)
-        # Labelled by declared `auto` tenants only (charge.charge_fast_lane checks): bounded.
-        self.fast_lane_charges = Counter(
-            "sluicegate_fast_lane_charges",
-            "Requests of auto tenants admitted by Envoy in the fast lane and charged into "
-            "their exact-lane windows",
-            ["tenant"],
-            registry=self.metrics.registry,
-        )
+        # Fast-lane charge ids this process charged or settled (charge.charge_fast_lane):
+        # a running request's records repeat every 500 ms, and skip the store once known.
+        self.fast_lane_ids = RecentIds(FAST_LANE_IDS_KEPT)
         if policy is not None:
             self.update(policy)
 

@@ -87,6 +87,14 @@ class AdmissionMetrics:
             ["tenant", "model"],
             registry=r,
         )
+        # Labelled by declared `auto` tenants only (charge.charge_fast_lane checks): bounded.
+        self.fast_lane_charges = Counter(
+            "sluicegate_fast_lane_charges",
+            "Requests of auto tenants admitted by Envoy in the fast lane and charged into "
+            "their exact-lane windows",
+            ["tenant"],
+            registry=r,
+        )
         self.usage_source = Counter(
             "sluicegate_usage_reports",
             "Where a response's usage came from: provider usage, counted chunks, estimate",
@@ -113,6 +121,13 @@ class AdmissionMetrics:
             registry=r,
         )
 
+        self.dropped_charges = Counter(
+            "sluicegate_limiter_dropped_charges",
+            "Charges of requests admitted elsewhere (an auto tenant's fast-lane requests) "
+            "counted nowhere: Redis was down and on_failure is not local",
+            registry=r,
+        )
+
     def watch_gates(self, gates: Callable[[], Mapping[str, PriorityGate]]) -> None:
         self.registry.register(_GateCollector(gates))
 
@@ -131,3 +146,6 @@ class StoreMetrics:
 
     def store_state(self, state: str) -> None:
         self._metrics.store_down.labels(state).inc()
+
+    def charge_dropped(self) -> None:
+        self._metrics.dropped_charges.inc()

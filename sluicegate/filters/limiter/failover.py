@@ -137,26 +137,20 @@ class FailoverStore:
         self._dropped_reconciles += 1
         return False
 
-    async def charge(
-        self,
-        charge_id: str,
-        limits: Sequence[Limit],
-        usage: Usage,
-        *,
-        reconcilable: bool = False,
-    ) -> bool:
+    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
         """In Redis; while it is down, with `local`, in the local store at each limit's
-        share (as the fallback decides; a reconcilable charge keeps its record there, so
-        reconcile finds it), else dropped (nothing counts while down, and there is nothing
-        to reconcile). An id the local store holds is in use, in Redis too: Redis came
-        back since that charge was made there, and must not count the request again."""
+        share (as the fallback decides; it keeps the charge's record there, so reconcile
+        finds it), else dropped (nothing counts while down, and there is nothing to
+        reconcile; the observer hears of each). An id the local store holds is in use, in
+        Redis too: Redis came back since that charge was made there, and must not count
+        the request again."""
         check_request(charge_id, limits)
         if self._local.knows(charge_id):
             raise DuplicateReservation(f"charge id {charge_id!r} is in use")
         if self._state == "up":
             started = time.perf_counter()
             try:
-                await self._primary.charge(charge_id, limits, usage, reconcilable=reconcilable)
+                await self._primary.charge(charge_id, limits, usage)
             except StoreUnavailable as exc:
                 self._failed("charge", exc, started)
             else:
@@ -166,9 +160,11 @@ class FailoverStore:
                 self._latency("charge", started)
         if self._on_failure != "local":
             self._dropped_charges += 1
+            if self._observer is not None:
+                self._observer.charge_dropped()
             return False
         local_limits = [self._share(lim) for lim in limits]
-        return await self._local.charge(charge_id, local_limits, usage, reconcilable=reconcilable)
+        return await self._local.charge(charge_id, local_limits, usage)
 
     async def close(self) -> None:
         if self._probe is not None:

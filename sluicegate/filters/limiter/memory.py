@@ -191,34 +191,21 @@ class MemoryStore:
         self._records[reservation_id] = (t, charges, expires_us, True)
         return True
 
-    async def charge(
-        self,
-        charge_id: str,
-        limits: Sequence[Limit],
-        usage: Usage,
-        *,
-        reconcilable: bool = False,
-    ) -> bool:
-        """Add `usage` to every limit's log now, unchecked; with `reconcilable`, keep the
-        record a reservation keeps (model.LimiterStore.charge)."""
+    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
+        """Add `usage` to every limit's log now, unchecked, and keep the record a
+        reservation keeps (model.LimiterStore.charge)."""
         check_request(charge_id, limits)
         now = self._now_us()
         self._housekeep(now)
-        amounts = [usage.amount(limit.kind) for limit in limits]
-        logs = [
-            self._log(limit, now) if amount > 0 else None
-            for limit, amount in zip(limits, amounts, strict=True)
-        ]
-        # Logs are keyed by id: a reused one would replace a charge, not add one. A record
-        # is checked too: its charges may all be 0 (nothing in any log).
-        if charge_id in self._records or any(
-            log is not None and charge_id in log.charges for log in logs
-        ):
+        # The record outlives each of the id's log entries (the longest window): it alone
+        # tells that the id is in use, even when its charges are all 0 (no log entry).
+        if charge_id in self._records:
             raise DuplicateReservation(f"charge id {charge_id!r} is in use")
-        for log, amount in zip(logs, amounts, strict=True):
-            if log is not None:
-                log.add(charge_id, now, amount)
-        if reconcilable and limits:
+        amounts = [usage.amount(limit.kind) for limit in limits]
+        for limit, amount in zip(limits, amounts, strict=True):
+            if amount > 0:
+                self._log(limit, now).add(charge_id, now, amount)
+        if limits:
             self._keep_record(charge_id, now, limits, amounts)
         return True
 

@@ -148,37 +148,32 @@ class LimiterStore(Protocol):
 
     async def reconcile(self, reservation_id: str, actual: Usage) -> bool: ...
 
-    async def charge(
-        self,
-        charge_id: str,
-        limits: Sequence[Limit],
-        usage: Usage,
-        *,
-        reconcilable: bool = False,
-    ) -> bool:
+    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
         """Count `usage` on every limit now, whatever the windows hold: a request another
         lane already admitted (an `auto` tenant's fast-lane request, counted into its
         exact-lane windows), so a window may go over its limit. Never refused. False when
         nothing was counted (FailoverStore while Redis is down, unless it counts locally).
 
-        `reconcilable`: keep a record as `reserve` does (until the longest window ends), so
+        A charge keeps a record as `reserve` does (until the longest window ends), so
         `reconcile(charge_id, actual)` replaces `usage` in place, at the charge's time (a
-        request still running, charged its estimate). Without it no record is kept and
-        `reconcile` answers False. `charge_id` must be unique: one in use (a live record of
-        it, or a log holding its charge) raises DuplicateReservation and writes nothing."""
+        request still running, charged its estimate), and the id stays in use: a second
+        charge of it, whatever its amount, raises DuplicateReservation and writes nothing."""
         ...
 
     async def close(self) -> None: ...
 
 
 class StoreObserver(Protocol):
-    """Metrics hooks; `op` is "reserve", "reconcile" or "charge", `state` "up" or "down"."""
+    """Metrics hooks; `op` is "reserve", "reconcile" or "charge", `state` "up" or "down".
+    `charge_dropped`: a charge counted nowhere (FailoverStore while Redis is down)."""
 
     def store_latency(self, op: str, seconds: float) -> None: ...
 
     def store_failure(self, op: str) -> None: ...
 
     def store_state(self, state: str) -> None: ...
+
+    def charge_dropped(self) -> None: ...
 
 
 def check_request(reservation_id: str, limits: Sequence[Limit]) -> None:

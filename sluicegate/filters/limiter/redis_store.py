@@ -157,22 +157,15 @@ class RedisStore:
         )
         return int(reply) == 1
 
-    async def charge(
-        self,
-        charge_id: str,
-        limits: Sequence[Limit],
-        usage: Usage,
-        *,
-        reconcilable: bool = False,
-    ) -> bool:
-        """Add `usage` to every limit's log now, unchecked; with `reconcilable`, keep the
-        record a reservation keeps (model.LimiterStore.charge)."""
+    async def charge(self, charge_id: str, limits: Sequence[Limit], usage: Usage) -> bool:
+        """Add `usage` to every limit's log now, unchecked, and keep the record a
+        reservation keeps (model.LimiterStore.charge)."""
         check_request(charge_id, limits)
         if not limits:
             return True
         amounts = [usage.amount(limit.kind) for limit in limits]
         keys: list[str] = []
-        args: list[str | int] = [charge_id, _record(limits, amounts) if reconcilable else ""]
+        args: list[str | int] = [charge_id, _record(limits, amounts)]
         for limit, amount in zip(limits, amounts, strict=True):
             keys += (f"{self._base}l:{limit.key}", f"{self._base}t:{limit.key}")
             args += (amount, limit.window_ms)

@@ -5,7 +5,7 @@ slot and one script may touch them all):
   sg:{prefix}:l:<limit key>  ZSET, the sliding-window log: member "<amount>:<rid>",
                              score = decision time in µs (Redis TIME)
   sg:{prefix}:t:<limit key>  STRING, running total of the log's amounts
-  sg:{prefix}:r:<rid>        HASH, the reservation or reconcilable charge: t (µs),
+  sg:{prefix}:r:<rid>        HASH, the reservation or charge: t (µs),
                              e (JSON list of [limit key, kind, window ms, estimate]),
                              d (reconciled)
 
@@ -15,8 +15,8 @@ since the epoch fit in a double (< 2^53) and numbers passed to redis.call are
 formatted exactly; only Lua's tostring/.. would round, so they are never applied
 to times.
 
-The charge script (a request admitted elsewhere, counted unchecked) writes log entries
-and totals as reserve does, and the record only when the charge is reconcilable.
+The charge script (a request admitted elsewhere, counted unchecked) writes log entries,
+totals and the record as reserve does.
 
 The reconcile script is given only the record key; it reads the limit keys from
 the record. They share the record's slot, so this is safe on Cluster too.
@@ -233,21 +233,16 @@ CHARGE_SOURCE: Final = (
     _COMMON
     + r"""
 -- KEYS: log_1, total_1, ..., log_n, total_n, record.
--- ARGV: id, record JSON ('' for none), then per limit: amount, window ms
+-- ARGV: id, record JSON, then per limit: amount, window ms
 -- A request admitted elsewhere (an auto tenant's fast-lane one): charged now on every
--- limit whatever it holds. With a record (written as reserve writes it), reconcile
--- replaces the charge later; without, it is never reconciled.
--- Reply: 1, or -1 (nothing written) when the id is in use: its record lives (its
--- charges may all be 0), or a log already holds a charge of it.
+-- limit whatever it holds, with a record written as reserve writes it, so reconcile
+-- replaces the charge later.
+-- Reply: 1, or -1 (nothing written) when the id is in use: its record lives (it outlives
+-- the id's log entries, and is there even when every charge is 0).
 local rid = ARGV[1]
 local n = (#KEYS - 1) / 2
 local record = KEYS[#KEYS]
 if redis.call('EXISTS', record) == 1 then return -1 end
-for i = 1, n do
-  local amount = tonumber(ARGV[1 + 2 * i])
-  local member = string.format('%d:%s', amount, rid)
-  if amount > 0 and redis.call('ZSCORE', KEYS[2 * i - 1], member) then return -1 end
-end
 local longest = 0
 for i = 1, n do
   local log, total_key = KEYS[2 * i - 1], KEYS[2 * i]
@@ -262,10 +257,8 @@ for i = 1, n do
   end
   if window > longest then longest = window end
 end
-if ARGV[2] ~= '' then
-  redis.call('HSET', record, 't', now, 'e', ARGV[2])
-  redis.call('PEXPIRE', record, longest / 1000)
-end
+redis.call('HSET', record, 't', now, 'e', ARGV[2])
+redis.call('PEXPIRE', record, longest / 1000)
 return 1
 """
 )

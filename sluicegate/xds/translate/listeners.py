@@ -73,12 +73,7 @@ from .envoy_routing import key_check_filters, routing_filters
 from .error_bodies import error_body_filter
 from .errors_json import LOCAL_REPLY_ERRORS, LocalReplyError, error_struct
 from .faults import fault_http_filter
-from .record_log import (
-    IN_FLIGHT_FLUSH_MS,
-    lane_access_logs,
-    latency_access_log,
-    record_access_log,
-)
+from .record_log import lane_access_logs, latency_access_log, record_access_log
 from .upstream_errors import UPSTREAM_ERRORS, UpstreamError
 from .usage import usage_filters
 
@@ -254,7 +249,7 @@ def _http_connection_manager(
         ],
         # With an auto tenant, Envoy also logs each request while it runs (record_log.py).
         access_log_options=hcm_pb2.HttpConnectionManager.HcmAccessLogOptions(
-            access_log_flush_interval=duration_ms(IN_FLIGHT_FLUSH_MS)
+            access_log_flush_interval=duration_ms(wire.IN_FLIGHT_FLUSH_MS)
         )
         if steered
         else None,

@@ -28,7 +28,7 @@ function, so a field's format string is written once (docs/latency-routing.md).
 On listeners of a config with an `auto` tenant, the lane log sends the records of those
 tenants' requests (metadata wire.META_AUTO_LANE, written by the model reader in the fast
 lane and by the routing stage in the exact lane) to the control plane's lane steering,
-and Envoy also logs every request still running every IN_FLIGHT_FLUSH_MS (the HCM's
+and Envoy also logs every request still running every wire.IN_FLIGHT_FLUSH_MS (the HCM's
 periodic flush): the lane log sends those records of auto tenants' requests to the
 control plane and to the ext_proc servers, which so count a long request while it runs,
 not only at its end; every other log takes ends only (docs/fast-lane.md, "The auto
@@ -53,8 +53,6 @@ from ._proto import pack, struct
 # How long Envoy may hold finished requests' records before sending them: a reservation
 # is reconciled at most this long after its response ended.
 LOG_FLUSH_MS: Final = 100
-# With an auto tenant, how often Envoy logs a request that still runs.
-IN_FLIGHT_FLUSH_MS: Final = 500
 OTEL_ACCESS_LOG: Final = "envoy.access_loggers.open_telemetry"
 OTEL_CONFIG_TYPE_URL: Final = (
     "type.googleapis.com/"
@@ -74,7 +72,9 @@ def _between_us(start: str, end: str) -> str:
 
 # Field -> Envoy format string. A value Envoy does not have is formatted as "-".
 RECORD_FORMATS: Final = {
-    wire.RECORD_STREAM_ID: "%STREAM_ID%",
+    # Unique per Envoy host, connection and start (to the microsecond); %STREAM_ID% is
+    # x-request-id, which a client may set (a sidecar keeps it: use_remote_address false).
+    wire.RECORD_STREAM_ID: "%HOSTNAME%/%CONNECTION_ID%/%START_TIME(%s.%6f)%",
     wire.RECORD_LOG_TYPE: "%ACCESS_LOG_TYPE%",
     wire.RECORD_ROUTE: "%ROUTE_NAME%",
     # The endpoint metadata of the host that answered the last attempt (endpoints.py).
@@ -132,7 +132,7 @@ def lane_access_logs() -> list[accesslog_pb2.AccessLog]:
     to_control_plane = _otel_access_log(wire.LANE_LOG_NAME, wire.XDS_CLUSTER)
     to_control_plane.filter.CopyFrom(_auto_tenants())
     to_ext_proc = _otel_access_log(wire.LANE_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER)
-    to_ext_proc.filter.CopyFrom(_all_of(_auto_tenants(), _in_flight()))
+    to_ext_proc.filter.CopyFrom(_all_of(_auto_tenants(), _charged_by_envoy(), _in_flight()))
     return [to_control_plane, to_ext_proc]
 
 
@@ -147,14 +147,25 @@ def _cel(expression: str) -> accesslog_pb2.AccessLogFilter:
 
 
 def _auto_tenants() -> accesslog_pb2.AccessLogFilter:
-    """Requests of `auto` tenants (metadata wire.META_AUTO_LANE true; Envoy's own metadata
-    match, cheaper than CEL); a request without it is not one."""
+    """Requests of `auto` tenants (metadata wire.META_AUTO_LANE true)."""
+    return _metadata(wire.META_AUTO_LANE, value_pb2.ValueMatcher(bool_match=True))
+
+
+def _charged_by_envoy() -> accesslog_pb2.AccessLogFilter:
+    """Requests the fast lane's buckets charged (wire.META_CHARGED_TENANT): the only
+    running ones the ext_proc servers charge (an exact-lane one holds a reservation)."""
+    return _metadata(wire.META_CHARGED_TENANT, value_pb2.ValueMatcher(present_match=True))
+
+
+def _metadata(key: str, value: value_pb2.ValueMatcher) -> accesslog_pb2.AccessLogFilter:
+    """Requests whose `sluicegate` metadata `key` matches `value` (Envoy's own match,
+    cheaper than CEL); a request without the key does not."""
     return accesslog_pb2.AccessLogFilter(
         metadata_filter=accesslog_pb2.MetadataFilter(
             matcher=metadata_pb2.MetadataMatcher(
                 filter=wire.METADATA_NAMESPACE,
-                path=[metadata_pb2.MetadataMatcher.PathSegment(key=wire.META_AUTO_LANE)],
-                value=value_pb2.ValueMatcher(bool_match=True),
+                path=[metadata_pb2.MetadataMatcher.PathSegment(key=key)],
+                value=value,
             ),
             match_if_key_not_found=wrappers_pb2.BoolValue(value=False),
         )

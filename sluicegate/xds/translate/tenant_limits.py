@@ -65,7 +65,10 @@ def slot_configs(gateway: Gateway) -> list[tuple[str, local_rate_limit_pb2.Local
         config = (
             local_rate_limit_pb2.LocalRateLimit(stat_prefix=f"sluicegate_limits_slot_{slot}")
             if held is None
-            else tenant_limits_config(tenants[held])
+            else tenant_limits_config(
+                tenants[held],
+                gateway.admission.auto_lane.fast_below if tenants[held].auto else 0.0,
+            )
         )
         configs.append((limits_filter_name(slot), config))
     return configs
@@ -107,22 +110,31 @@ def _route_limits(route: Route) -> list[config.Limit]:
     return [] if route.rate_limits is None else route.rate_limits.limits()
 
 
-def token_bucket(limit: int, window_ms: int) -> token_bucket_pb2.TokenBucket:
-    """`limit` per `window_ms` as a bucket of `limit` tokens refilled in equal parts, as
-    often as whole divisions allow but at most once every MIN_FILL_MS: the refill rate
-    is exactly the limit's. A full bucket plus a window's refills admits up to twice the
-    limit in one window (docs/fast-lane.md, "What each lane guarantees")."""
+def token_bucket(
+    limit: int, window_ms: int, capacity: int | None = None
+) -> token_bucket_pb2.TokenBucket:
+    """`limit` per `window_ms` as a bucket of `limit` tokens (or `capacity`) refilled in
+    equal parts, as often as whole divisions allow but at most once every MIN_FILL_MS:
+    the refill rate is exactly the limit's. A full bucket plus a window's refills admits
+    up to twice the limit in one window (docs/fast-lane.md, "What each lane
+    guarantees")."""
     most = max(1, min(limit, window_ms // MIN_FILL_MS))
     fills = next(d for d in range(most, 0, -1) if limit % d == 0)
     return token_bucket_pb2.TokenBucket(
-        max_tokens=limit,
+        max_tokens=limit if capacity is None else capacity,
         tokens_per_fill=wrappers_pb2.UInt32Value(value=limit // fills),
         fill_interval=_duration_ns(window_ms * 1_000_000 // fills),
     )
 
 
-def tenant_limits_config(tenant: Tenant) -> local_rate_limit_pb2.LocalRateLimit:
-    """The tenant's filter: a descriptor (limit kind, tenant[, key]) per limit."""
+def tenant_limits_config(
+    tenant: Tenant, held_back: float = 0.0
+) -> local_rate_limit_pb2.LocalRateLimit:
+    """The tenant's filter: a descriptor (limit kind, tenant[, key]) per limit. Each
+    bucket holds `held_back` of its limit less (an `auto` tenant's: its
+    `admission.auto_lane.fast_below`): such a tenant comes back to the fast lane with up
+    to that share of a window used, so a full bucket would let one window admit more than
+    the limit (docs/fast-lane.md, "The auto lane")."""
     buckets = [
         ((_entry(_TENANT, tenant.name), *(() if key is None else (_entry(_KEY, key),))), limit)
         for key, limit in _scoped_limits(tenant)
@@ -135,6 +147,7 @@ def tenant_limits_config(tenant: Tenant) -> local_rate_limit_pb2.LocalRateLimit:
         [tenant_action, key_action],
         buckets,
         x_ratelimit_headers=True,
+        held_back=held_back,
     )
 
 
@@ -148,6 +161,7 @@ def _limiter(
     buckets: list[Bucket],
     *,
     x_ratelimit_headers: bool,
+    held_back: float = 0.0,
 ) -> local_rate_limit_pb2.LocalRateLimit:
     """A limiter enforced for every request, with a bucket per (entries, limit): its
     descriptors are (limit kind, *entities), and (limit kind, *keyed_entities) for
@@ -173,7 +187,11 @@ def _limiter(
         descriptors=[
             ratelimit_pb2.LocalRateLimitDescriptor(
                 entries=[_entry(_LIMIT, limit.kind), *entries],
-                token_bucket=token_bucket(limit.limit, limit.window_ms),
+                token_bucket=token_bucket(
+                    limit.limit,
+                    limit.window_ms,
+                    max(1, math.floor(limit.limit * (1 - held_back))) if held_back else None,
+                ),
             )
             for entries, limit in buckets
         ],
