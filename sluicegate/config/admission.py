@@ -16,6 +16,8 @@ validate.py. This module imports nothing from schema.py because schema.py import
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Final, Literal, NamedTuple
 from urllib.parse import urlsplit
 
@@ -170,6 +172,12 @@ class AutoLane(_Section):
     exact_above: float = Field(default=0.5, gt=0.0, le=1.0)
     fast_below: float = Field(default=0.25, gt=0.0, lt=1.0)
     hold: Duration = Field(default=10_000, ge=0)
+
+    def bucket_size(self, limit: int) -> int:
+        """An auto tenant's fast-lane bucket for `limit`: the limit less `fast_below` of it,
+        rounded down (in exact fractions: 90 less 0.3 is 63), at least 1. It comes back to
+        the fast lane with up to that share of a window used (docs/fast-lane.md)."""
+        return max(1, math.floor(limit * (1 - Fraction(str(self.fast_below)))))
 
     @model_validator(mode="after")
     def _ordered(self) -> AutoLane:

@@ -540,6 +540,24 @@ def check_auto_lane(doc: Document, at: Locator) -> Iterable[Problem]:
             "no tenant takes lane auto, so these thresholds move nobody",
         )
     for t, tenant in auto:
+        for path, limits in [
+            (("tenants", t, "rate_limits"), tenant.rate_limits),
+            *((("tenants", t, "keys", k, "rate_limits"), key.rate_limits)
+              for k, key in enumerate(tenant.keys)),
+        ]:  # fmt: skip
+            for limit in limits.limits() if limits is not None else ():
+                bucket = admission.auto_lane.bucket_size(limit.limit)
+                if (
+                    limit.kind in ("tokens", "output_tokens")
+                    and bucket < admission.default_max_tokens
+                ):
+                    yield at.warning(
+                        (*path, limit.kind),
+                        f"in the fast lane this limit is a bucket of {bucket:,} tokens, less "
+                        f"than admission.default_max_tokens ({admission.default_max_tokens:,}):"
+                        " every request without an output cap is refused there and moves "
+                        "the tenant to the exact lane",
+                    )
         if tenant.rate_limits is None and all(key.rate_limits is None for key in tenant.keys):
             yield at.warning(
                 ("tenants", t, "lane") if tenant.lane else ("tenants", t),

@@ -32,15 +32,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from sluicegate import config
+from sluicegate import config, wire
 from sluicegate.local_replies import BUCKETS_REFUSED
 from sluicegate.model import Gateway
-from sluicegate.records import RequestRecord, billed_in_flight, billed_record, decode
+from sluicegate.records import (
+    RequestRecord,
+    billed_in_flight,
+    billed_record,
+    decode,
+    log_name,
+)
 
 from .usage import Entry, UsageLog
 
 # A record's model as sent to the provider plays no part in its usage.
 _NO_MODEL_MAPS: Final[Mapping[str, Mapping[str, str]]] = {}
+# A refusal-made move's hold doubles per such move in a row, up to 2**MAX_BACKOFF times.
+MAX_BACKOFF: Final = 5
 # Requests counted while running whose end is awaited; more are forgotten oldest first
 # (an end lost with its Envoy): their estimate then stays counted.
 MAX_RUNNING: Final = 100_000
@@ -179,6 +187,14 @@ class _TenantState:
     moves: int = 0
     # The fast lane's buckets refused one of its requests since it last moved.
     refused: bool = False
+    # Moves to the exact lane by a refusal in a row: each doubles the hold before the
+    # tenant may return (up to MAX_BACKOFF), so one whose estimates outgrow its buckets
+    # does not flap every hold; forgotten after a longest window in the fast lane unrefused.
+    refusals: int = 0
+
+    def longest_window_s(self) -> float:
+        scopes = [scope for scope in (self.own, *self.keys.values()) if scope is not None]
+        return max((scope.log.window_s for scope in scopes), default=0.0)
 
     def usages(self, now: float) -> list[LimitUsage]:
         usages = [] if self.own is None else self.own.usages(None, now)
@@ -239,6 +255,8 @@ class LaneSteering:
                 since=now if before is None else before.since,
                 own=_Scope.of(tenant.rate_limits, None if before is None else before.own),
                 moves=0 if before is None else before.moves,
+                refused=False if before is None else before.refused,
+                refusals=0 if before is None else before.refusals,
             )
             for key in tenant.keys:
                 scope = _Scope.of(
@@ -271,10 +289,12 @@ class LaneSteering:
     # ----- records -------------------------------------------------------------------------
 
     def on_records(self, batch: Sequence[Any]) -> int:
-        """Some OpenTelemetry LogRecords of a LogsService batch (records.RecordBatches)."""
+        """Some OpenTelemetry LogRecords of a LogsService batch (records.RecordBatches):
+        the lane log's alone."""
         counted = 0
         for log_record in batch:
-            counted += self.observe(decode(log_record, _NO_MODEL_MAPS))
+            if log_name(log_record) == wire.LANE_LOG_NAME:
+                counted += self.observe(decode(log_record, _NO_MODEL_MAPS))
         return counted
 
     def observe(self, record: RequestRecord) -> bool:
@@ -342,6 +362,10 @@ class LaneSteering:
         for name, state in self._tenants.items():
             fullest = max(state.usages(now), key=lambda usage: usage.fraction, default=None)
             fraction = 0.0 if fullest is None else fullest.fraction
+            calm = state.lane == config.LANE_FAST and not state.refused
+            if calm and state.refusals and now - state.since >= state.longest_window_s():
+                state.refusals = 0
+            hold_s = settings.hold_s * 2 ** min(state.refusals, MAX_BACKOFF)
             if state.lane == config.LANE_FAST and (
                 fraction >= settings.exact_above or state.refused
             ):
@@ -350,12 +374,14 @@ class LaneSteering:
             elif (
                 state.lane == config.LANE_EXACT
                 and fraction <= settings.fast_below
-                and now - state.since >= settings.hold_s
+                and now - state.since >= hold_s
             ):
                 to_lane, threshold = config.LANE_FAST, settings.fast_below
             else:
                 continue
             refused = state.refused and fraction < settings.exact_above
+            if refused:
+                state.refusals += 1
             moves.append(LaneMove(name, state.lane, to_lane, fullest, threshold, refused))
             state.lane, state.since, state.refused = to_lane, now, False
             state.moves += 1
@@ -383,5 +409,6 @@ class LaneSteering:
 
 def _refused_by_buckets(record: RequestRecord) -> bool:
     """A fast-lane request its tenant's token buckets refused (Envoy's details; a
-    provider's own 429 says `via_upstream`)."""
+    provider's own 429 says `via_upstream`). Routes' per-model buckets refuse with the
+    same details, but validation forbids them beside auto tenants (config check_lane)."""
     return record.fast_lane and record.code_details == BUCKETS_REFUSED

@@ -273,3 +273,24 @@ def test_the_auto_lane_warns_where_it_would_move_nobody(tmp_path: Path) -> None:
     (warning,) = validate_file(path, env={"CI": CLIENT_KEY})
     assert (warning.is_error, warning.key_path) == (False, "tenants[0]")
     assert "has no rate limit" in warning.message
+
+
+def test_an_auto_tenant_s_bucket_is_its_limit_less_fast_below_in_exact_fractions() -> None:
+    from sluicegate.config import AutoLane
+
+    assert AutoLane().bucket_size(120) == 90
+    assert AutoLane(fast_below=0.3, exact_above=0.5).bucket_size(90) == 63  # floats say 62
+    assert AutoLane(fast_below=0.9, exact_above=1.0).bucket_size(10) == 1
+    assert AutoLane().bucket_size(1) == 1
+
+
+def test_the_auto_lane_warns_of_a_tokens_bucket_smaller_than_the_default_allowance(
+    tmp_path: Path,
+) -> None:
+    path = _with_tenant(tmp_path, ", secret: {env: CI}", lane="auto")
+    path.write_text(path.read_text().replace("requests: 10, per: 1m", "tokens: 1200, per: 1m"))
+    (warning,) = validate_file(path, env={"CI": CLIENT_KEY})
+    assert (warning.is_error, warning.key_path) == (False, "tenants[0].rate_limits.tokens")
+    assert "a bucket of 900 tokens, less than admission.default_max_tokens (1,024)" in (
+        warning.message
+    )

@@ -354,3 +354,32 @@ def test_a_refusal_by_the_fast_lane_s_buckets_moves_the_tenant_to_the_exact_lane
     # In the exact lane, a refusal there (the routing stage's) changes nothing.
     lanes.observe(refused)
     assert lanes.tick() == []
+
+
+def test_a_tenant_moved_by_refusals_waits_longer_each_time_before_it_returns() -> None:
+    """A tenant whose estimates outgrow its buckets is refused at each return: its hold
+    doubles per refusal-made move in a row, so it does not flap every hold."""
+    doc = document()
+    doc["admission"] = {"auto_lane": {"hold": "10s"}}
+    lanes, clock = steering(doc=doc)
+    refused = record(status=429, input_tokens=None, output_tokens=None, fast_lane=True,
+                     code_details="local_rate_limited")  # fmt: skip
+    back_after = []
+    for _ in range(3):
+        lanes.observe(refused)
+        [move] = lanes.tick()
+        assert move.refused
+        moved = clock.now
+        while not lanes.tick():
+            clock.now += 1
+        back_after.append(clock.now - moved)
+    assert back_after == [20, 40, 80]
+    # A whole longest window (60 s) in the fast lane unrefused forgets the count.
+    clock.now += 60
+    assert lanes.tick() == []
+    lanes.observe(refused)
+    lanes.tick()
+    moved = clock.now
+    while not lanes.tick():
+        clock.now += 1
+    assert clock.now - moved == 20

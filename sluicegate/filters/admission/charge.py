@@ -123,6 +123,8 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
     limits = policy.client_limits(ClientIdentity(tenant.name, record.key_name))
     if not limits:
         return False
+    if record.in_flight and not record.stream_id:
+        return False  # nothing to settle it by at its end
     charge_id = f"{tenant.name}/{record.stream_id or uuid.uuid4().hex}"
     seen = controller.fast_lane_ids
     if record.in_flight:

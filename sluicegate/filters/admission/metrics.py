@@ -123,8 +123,9 @@ class AdmissionMetrics:
 
         self.dropped_charges = Counter(
             "sluicegate_limiter_dropped_charges",
-            "Charges of requests admitted elsewhere (an auto tenant's fast-lane requests) "
-            "counted nowhere: Redis was down and on_failure is not local",
+            "Charge attempts for requests admitted elsewhere (an auto tenant's fast-lane "
+            "requests) counted nowhere: Redis was down and on_failure is not local (a "
+            "running request's records each try again)",
             registry=r,
         )
 

@@ -72,9 +72,9 @@ def _between_us(start: str, end: str) -> str:
 
 # Field -> Envoy format string. A value Envoy does not have is formatted as "-".
 RECORD_FORMATS: Final = {
-    # Unique per Envoy host, connection and start (to the microsecond); %STREAM_ID% is
+    # Unique per Envoy host, connection and start (to the nanosecond); %STREAM_ID% is
     # x-request-id, which a client may set (a sidecar keeps it: use_remote_address false).
-    wire.RECORD_STREAM_ID: "%HOSTNAME%/%CONNECTION_ID%/%START_TIME(%s.%6f)%",
+    wire.RECORD_STREAM_ID: "%HOSTNAME%/%CONNECTION_ID%/%START_TIME(%s.%9f)%",
     wire.RECORD_LOG_TYPE: "%ACCESS_LOG_TYPE%",
     wire.RECORD_ROUTE: "%ROUTE_NAME%",
     # The endpoint metadata of the host that answered the last attempt (endpoints.py).

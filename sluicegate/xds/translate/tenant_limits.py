@@ -19,7 +19,7 @@ refuse with 429 and `local_rate_limited` details (local_replies.FAST_LANE_REFUSA
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from envoy.config.core.v3 import base_pb2
@@ -67,7 +67,7 @@ def slot_configs(gateway: Gateway) -> list[tuple[str, local_rate_limit_pb2.Local
             if held is None
             else tenant_limits_config(
                 tenants[held],
-                gateway.admission.auto_lane.fast_below if tenants[held].auto else 0.0,
+                gateway.admission.auto_lane if tenants[held].auto else None,
             )
         )
         configs.append((limits_filter_name(slot), config))
@@ -128,13 +128,12 @@ def token_bucket(
 
 
 def tenant_limits_config(
-    tenant: Tenant, held_back: float = 0.0
+    tenant: Tenant, auto_lane: config.AutoLane | None = None
 ) -> local_rate_limit_pb2.LocalRateLimit:
-    """The tenant's filter: a descriptor (limit kind, tenant[, key]) per limit. Each
-    bucket holds `held_back` of its limit less (an `auto` tenant's: its
-    `admission.auto_lane.fast_below`): such a tenant comes back to the fast lane with up
-    to that share of a window used, so a full bucket would let one window admit more than
-    the limit (docs/fast-lane.md, "The auto lane")."""
+    """The tenant's filter: a descriptor (limit kind, tenant[, key]) per limit. An `auto`
+    tenant's buckets (`auto_lane` given) hold AutoLane.bucket_size of each limit: it comes
+    back to the fast lane with up to `fast_below` of a window used, so a full bucket
+    would let one window admit more than the limit (docs/fast-lane.md, "The auto lane")."""
     buckets = [
         ((_entry(_TENANT, tenant.name), *(() if key is None else (_entry(_KEY, key),))), limit)
         for key, limit in _scoped_limits(tenant)
@@ -147,7 +146,7 @@ def tenant_limits_config(
         [tenant_action, key_action],
         buckets,
         x_ratelimit_headers=True,
-        held_back=held_back,
+        bucket_size=None if auto_lane is None else auto_lane.bucket_size,
     )
 
 
@@ -161,7 +160,7 @@ def _limiter(
     buckets: list[Bucket],
     *,
     x_ratelimit_headers: bool,
-    held_back: float = 0.0,
+    bucket_size: Callable[[int], int] | None = None,
 ) -> local_rate_limit_pb2.LocalRateLimit:
     """A limiter enforced for every request, with a bucket per (entries, limit): its
     descriptors are (limit kind, *entities), and (limit kind, *keyed_entities) for
@@ -190,7 +189,7 @@ def _limiter(
                 token_bucket=token_bucket(
                     limit.limit,
                     limit.window_ms,
-                    max(1, math.floor(limit.limit * (1 - held_back))) if held_back else None,
+                    None if bucket_size is None else bucket_size(limit.limit),
                 ),
             )
             for entries, limit in buckets
