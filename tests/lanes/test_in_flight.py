@@ -5,8 +5,9 @@ what it was billed, in place."""
 from __future__ import annotations
 
 from sluicegate.lanes import LaneSteering
+from tests.latency.helpers import Clock
 
-from .helpers import Clock, gateway, record
+from .helpers import gateway, record
 
 RUNNING = {"stream_id": "req-1", "estimate_input": 100, "estimate_output": 500}
 

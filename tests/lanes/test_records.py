@@ -13,8 +13,9 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from sluicegate import wire
 from sluicegate.lanes import LaneSteering
 from sluicegate.records import log_records
+from tests.latency.helpers import Clock
 
-from .helpers import Clock, gateway
+from .helpers import gateway
 
 
 def lane_record(

@@ -9,8 +9,9 @@ import pytest
 
 from sluicegate import config
 from sluicegate.lanes import AutoLaneSettings, LaneMove, LaneSteering
+from tests.latency.helpers import Clock
 
-from .helpers import Clock, document, gateway, record, tenant_doc
+from .helpers import document, gateway, record, tenant_doc
 
 
 def steering(

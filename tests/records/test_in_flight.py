@@ -114,7 +114,9 @@ def test_the_record_log_s_end_record_carries_its_stream_id() -> None:
 def test_what_the_translator_s_loggers_send_decodes_to_the_stream_and_its_type() -> None:
     """The body format each logger of an auto tenant's listener is given, formatted as
     Envoy would: both lane loggers' records (to the control plane, to the ext_proc
-    servers) and the record log's carry the stream id; the lane log's its log type."""
+    servers) and the record log's carry the stream id; the lane log's its log type. A
+    listener without an auto tenant has its record log leave the id out ("-": no worker
+    formats what nobody reads)."""
     values = {
         **lane_fields(),
         wire.RECORD_ROUTE: "chat",
@@ -125,9 +127,9 @@ def test_what_the_translator_s_loggers_send_decodes_to_the_stream_and_its_type()
         assert record.in_flight and record.stream_id == STREAM_ID
         assert record.tenant == "acme" and record.auto_lane
     end = {**values, wire.RECORD_LOG_TYPE: "DownstreamEnd"}
-    for in_flight in (False, True):
+    for in_flight, stream_id in ((False, ""), (True, STREAM_ID)):
         record = decode(as_envoy_sends(record_access_log(in_flight=in_flight), end), {})
-        assert record.stream_id == STREAM_ID and not record.in_flight
+        assert record.stream_id == stream_id and not record.in_flight
         assert (record.route, record.status) == ("chat", 200)
 
 

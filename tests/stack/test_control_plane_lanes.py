@@ -92,13 +92,3 @@ def test_a_rejected_reload_keeps_the_lanes_and_counts(tmp_path: Path) -> None:
     lanes = status_document(plane)["lanes"]
     assert lanes["acme"]["lane"] == "exact" and lanes["acme"]["limits"][0]["used"] == 5
 
-
-def test_records_go_to_the_room_their_log_names(tmp_path: Path) -> None:
-    """A lane record to the lane steering alone, never to the latency router."""
-    path = tmp_path / "sluicegate.yaml"
-    path.write_text(CONFIG)
-    (tmp_path / "ci.key").write_text(KEY)
-    plane = ControlPlane(path, SnapshotCache())
-    assert plane.load().ok
-    assert plane.on_records(batch(lane_record())) == 1
-    assert (plane.lanes.records_counted, plane.latency.records_counted) == (1, 0)

@@ -108,7 +108,7 @@ CEL_ACCESS_LOG_FILTER: Final = "envoy.access_loggers.extension_filters.cel"
 def record_access_log(*, in_flight: bool = False) -> accesslog_pb2.AccessLog:
     """Every request's record, over gRPC to the ext_proc servers (the side cluster),
     batched every LOG_FLUSH_MS; at its end only when Envoy also logs requests in flight."""
-    log = _otel_access_log(wire.RECORD_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER)
+    log = _otel_access_log(wire.RECORD_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER, ids=in_flight)
     if in_flight:
         log.filter.CopyFrom(_ends())
     return log
@@ -193,9 +193,12 @@ def _all_of(*filters: accesslog_pb2.AccessLogFilter) -> accesslog_pb2.AccessLogF
     return accesslog_pb2.AccessLogFilter(and_filter=accesslog_pb2.AndFilter(filters=filters))
 
 
-def _otel_access_log(log_name: str, cluster: str) -> accesslog_pb2.AccessLog:
+def _otel_access_log(log_name: str, cluster: str, *, ids: bool = True) -> accesslog_pb2.AccessLog:
     """An OpenTelemetry access logger sending each request's record body of `log_name`
-    (wire.record_body, with RECORD_FORMATS) to `cluster`, batched every LOG_FLUSH_MS."""
+    (wire.record_body, with RECORD_FORMATS) to `cluster`, batched every LOG_FLUSH_MS.
+    Without `ids` the request id is "-": only the auto lane matches a request's records,
+    and Envoy would format it on every request's worker for nothing."""
+    formats = RECORD_FORMATS if ids else {**RECORD_FORMATS, wire.RECORD_STREAM_ID: "-"}
     config = {
         # Where Envoy 1.40 reads the flush interval (module docstring).
         "common_config": {
@@ -206,7 +209,7 @@ def _otel_access_log(log_name: str, cluster: str) -> accesslog_pb2.AccessLog:
         },
         # The node, zone and cluster labels on every export: nobody reads them.
         "disable_builtin_labels": True,
-        "body": {"string_value": wire.record_body(log_name, RECORD_FORMATS)},
+        "body": {"string_value": wire.record_body(log_name, formats)},
     }
     typed = typed_struct_pb2.TypedStruct(type_url=OTEL_CONFIG_TYPE_URL, value=struct(config))
     return accesslog_pb2.AccessLog(name=OTEL_ACCESS_LOG, typed_config=pack(typed))
