@@ -52,9 +52,25 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         failed = failed or bool(errors)
         if not errors:
             print(f"{name}: valid" + (f" ({len(problems)} warnings)" if problems else ""))
-            for line in describe_lanes(Path(name)):
+            for line in [*describe_lanes(Path(name)), *_held_models(Path(name))]:
                 print("  " + line)
     return 1 if failed else 0
+
+
+def _held_models(path: Path) -> list[str]:
+    """For `validate`: the models an `auto` tenant's requests for always take the exact
+    lane (model.Gateway.held_models), and why."""
+    from sluicegate.config import LANE_AUTO, load_config
+    from sluicegate.model import build_model
+
+    cfg = load_config(path)
+    if not any(cfg.admission.lane_of(tenant) == LANE_AUTO for tenant in cfg.tenants):
+        return []
+    held = build_model(cfg, {}).held_models
+    return [
+        f"model {model}: auto tenants' requests take the exact lane ({why})"
+        for model, why in held.items()
+    ]
 
 
 def _cmd_ext_proc(args: argparse.Namespace) -> int:

@@ -38,7 +38,8 @@ def test_validate_accepts_the_quickstart() -> None:
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout
     # Which lane each tenant takes, and why (docs/fast-lane.md).
-    assert "tenant demo: lane exact (admission.lane)" in result.stdout
+    assert "tenant demo: lane auto (admission.lane)" in result.stdout
+    assert "model gpt-4o-mini: auto tenants' requests take the exact lane" in result.stdout
 
 
 def test_validate_reports_every_problem_with_file_line_and_key(tmp_path: Path) -> None:

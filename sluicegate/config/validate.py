@@ -570,9 +570,11 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
     """The fast lane is decided by Envoy alone (docs/fast-lane.md): it checks client keys
     itself, every key of every tenant (so each needs its `secret`), and it limits
     fast-lane (and `auto`) tenants and keys, and routes' models, with token buckets
-    (whole-second refills, uint32 sizes). Not yet providers' limits nor concurrency
-    gates, which its requests would pass unchecked, nor routes' limits beside exact-lane
-    or `auto` tenants (each lane would count a model apart)."""
+    (whole-second refills, uint32 sizes). It cannot enforce providers' limits nor
+    concurrency gates, which a `fast` tenant's requests (or, without tenants, every
+    request) would pass unchecked, nor routes' limits beside exact-lane or `auto` tenants
+    (each lane would count a model apart). An `auto` tenant's requests for a model under
+    those take the routing stage (model.Route.held_in_exact_lane)."""
     if doc.admission is None or not uses_fast_lane(doc):
         return
     where: KeyPath = (
@@ -589,23 +591,31 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
         if where[0] == "admission"
         else next(tenant.lane for t, tenant in doc.tenants if t == where[1])
     )
+    # Where Envoy decides requests whatever their model: a `fast` tenant, or no tenants.
+    unheld: KeyPath | None = ("admission", "lane") if not doc.tenants else None
+    for t, tenant in doc.tenants:
+        if unheld is None and doc.admission.lane_of(tenant) == LANE_FAST:
+            unheld = ("tenants", t, "lane") if tenant.lane else ("admission", "lane")
     found = []
-    if any(provider.rate_limits for _, provider in doc.providers):
-        found.append("providers' rate limits")
-    # An `auto` tenant is in the exact lane whenever it nears its limits.
-    exact = any(doc.admission.lane_of(tenant) != LANE_FAST for _, tenant in doc.tenants)
-    if exact and any(route.rate_limits for _, route in doc.routes):
-        # Each lane would count the model apart: up to twice its limit.
-        found.append("routes' per-model rate limits beside exact-lane tenants")
-    if any(route.concurrency for _, route in doc.routes) or any(
-        provider.concurrency for _, provider in doc.providers
-    ):
-        found.append("concurrency gates")
-    if found:
+    if unheld is not None:
+        if any(provider.rate_limits for _, provider in doc.providers):
+            found.append("providers' rate limits")
+        # An `auto` tenant is in the exact lane whenever it nears its limits.
+        exact = any(doc.admission.lane_of(tenant) != LANE_FAST for _, tenant in doc.tenants)
+        if exact and any(route.rate_limits for _, route in doc.routes):
+            # Each lane would count the model apart: up to twice its limit.
+            found.append("routes' per-model rate limits beside exact-lane or auto tenants")
+        if any(route.concurrency for _, route in doc.routes) or any(
+            provider.concurrency for _, provider in doc.providers
+        ):
+            found.append("concurrency gates")
+    if unheld is not None and found:
+        # Without tenants there is nobody to move, so `auto` is the fast lane too.
+        named, instead = (LANE_FAST, "auto or exact") if doc.tenants else (lane, "exact")
         yield at.error(
-            where,
-            f"lane {lane} cannot yet enforce {' or '.join(found)}, which this config has: "
-            "use lane: exact (docs/fast-lane.md)",
+            unheld,
+            f"lane {named} cannot enforce {' or '.join(found)}, which this config has: "
+            f"use lane: {instead} (docs/fast-lane.md)",
         )
     scopes: list[tuple[KeyPath, RateLimits | None]] = [
         (("routes", r, "rate_limits"), route.rate_limits) for r, route in doc.routes

@@ -410,5 +410,7 @@ class LaneSteering:
 def _refused_by_buckets(record: RequestRecord) -> bool:
     """A fast-lane request its tenant's token buckets refused (Envoy's details; a
     provider's own 429 says `via_upstream`). Routes' per-model buckets refuse with the
-    same details, but validation forbids them beside auto tenants (config check_lane)."""
+    same details, but an auto tenant's requests never meet them: its requests for a model
+    with limits take the exact lane (model.Route.held_in_exact_lane), and validation
+    forbids route limits beside a fast tenant and an auto one (config check_lane)."""
     return record.fast_lane and record.code_details == BUCKETS_REFUSED

@@ -99,6 +99,18 @@ class Gateway:
                 served.setdefault(model, []).append(route)
         return {model: tuple(served[model]) for model in sorted(served)}
 
+    @cached_property
+    def held_models(self) -> Mapping[str, str]:
+        """Models an `auto` tenant's requests for take the exact lane, whatever its lane,
+        with why: those served by a route held there (Route.held_in_exact_lane) under any
+        prefix; sorted by model."""
+        held = {}
+        for model, routes in self.served.items():
+            reasons = [why for route in routes if (why := route.held_in_exact_lane)]
+            if reasons:
+                held[model] = reasons[0]
+        return held
+
     def with_weights(self, weights: Mapping[str, Mapping[str, int]]) -> Gateway:
         """This gateway with learned provider weights (route -> provider -> weight) on its
         `routing: latency` routes; static routes, and names it lacks, are left alone. Pure:

@@ -96,6 +96,23 @@ class Route:
         return tuple(gates)
 
     @property
+    def held_in_exact_lane(self) -> str | None:
+        """Why its requests need the routing stage, or None: a gate (its own or its sole
+        provider's), per-model limits, or its sole provider's limits, which the fast lane
+        cannot enforce. An `auto` tenant's requests for its models take the exact lane
+        whatever the tenant's lane (docs/fast-lane.md, "Models held in the exact lane")."""
+        only = self.sole_provider
+        if self.concurrency is not None:
+            return f"route {self.name}'s concurrency gate"
+        if only is not None and only.concurrency is not None:
+            return f"provider {only.name}'s concurrency gate"
+        if self.rate_limits is not None:
+            return f"route {self.name}'s rate limits"
+        if only is not None and only.rate_limits is not None:
+            return f"provider {only.name}'s rate limits"
+        return None
+
+    @property
     def asks_stream_usage(self) -> bool:
         """A stream's usage event may be asked for: every provider takes the option (the
         request is written before Envoy picks one, and a retry may go to another)."""

@@ -219,7 +219,10 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
         provider=provider,
         model=model,
         model_sent=model_sent,
-        tenant=_meta_text(meta, wire.META_TENANT),
+        # Envoy's key check refuses a request (401) before anything names its tenant: it
+        # is the anonymous tenant's, as the routing stage's refusals are.
+        tenant=_meta_text(meta, wire.META_TENANT)
+        or (wire.ANONYMOUS_TENANT if status == 401 else ""),
         key_name=_meta_text(meta, wire.META_KEY_NAME),
         priority=_meta_text(meta, wire.META_PRIORITY),
         scenario=_meta_text(meta, wire.META_SCENARIO),

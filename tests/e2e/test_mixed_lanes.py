@@ -33,6 +33,7 @@ QUICK_KEY = "sk-sg-e2e-quick-00000000000000000000"
 def mixed_lanes(tmp: Path) -> dict[str, Any]:
     doc = quickstart_with_envoy_keys(tmp)
     (demo,) = doc["tenants"]
+    demo["lane"] = "exact"  # the quickstart's is auto
     demo["rate_limits"] = {"requests": 3, "per": "1h"}
     (tmp / "keys" / "quick.client").write_text(QUICK_KEY)
     doc["tenants"].append(

@@ -76,6 +76,27 @@ def test_sdk_chat_json_and_stream(stack: Stack) -> None:
     assert arrivals[-1] - arrivals[0] > 0.3
 
 
+def test_the_demo_tenant_is_envoys_but_for_the_gated_model(stack: Stack) -> None:
+    """The quickstart's `lane: auto` (docs/fast-lane.md): far from its limits, the demo
+    tenant's requests are decided by Envoy alone, with its token buckets' headers; those
+    for gpt-4o-mini, whose route has a gate, take the routing stage, with OpenAI's."""
+    before = stack.routing_stage_streams()
+    status, _, headers = post_raw(
+        stack, json.dumps({"model": "qwen-plus", "messages": HELLO}).encode()
+    )
+    assert status == 200
+    assert stack.routing_stage_streams() == before
+    assert "x-ratelimit-limit" in headers and "x-ratelimit-limit-requests" not in headers
+    status, _, headers = post_raw(
+        stack, json.dumps({"model": "gpt-4o-mini", "messages": HELLO}).encode()
+    )
+    assert status == 200
+    assert stack.routing_stage_streams() == before + 1
+    assert headers["x-ratelimit-limit-requests"] == "600"
+    # The client Envoy's key check named goes no further than the gateway.
+    assert "x-sluicegate-client" not in stack.last_request_to(headers["x-mock-provider"])["headers"]
+
+
 def test_models_endpoint_lists_served_models(stack: Stack) -> None:
     ids = {model.id for model in client(stack).models.list()}
     assert ids == {"gpt-4o-mini", "qwen-plus", "deepseek-chat"}

@@ -98,7 +98,8 @@ def test_a_batch_counts_every_metric_once_per_record() -> None:
     assert sample("sluicegate_upstream_retries_total", LABELS) == 2
     assert sample("sluicegate_request_queue_time_seconds_count", LABELS) == 2
     assert sample("sluicegate_requests_total", {**ok, "error_code": ""}) == 2
-    nothing = dict.fromkeys(LABELS, "none")
+    # A 401 names no tenant but is the anonymous one's (records.decode).
+    nothing = {**dict.fromkeys(LABELS, "none"), "tenant": wire.ANONYMOUS_TENANT}
     assert (
         sample(
             "sluicegate_requests_total",

@@ -72,8 +72,14 @@ def test_a_refused_request_has_no_provider_timings_or_usage() -> None:
         wire.RECORD_METADATA: "-", wire.RECORD_USAGE: "-",
     }  # fmt: skip
     record = decode(log_record(attributes), MAPS)
-    assert (record.provider, record.model_sent, record.tenant) == ("", "", "")
+    # A 401 without a tenant in the metadata (Envoy's key check refuses before anything
+    # names one) is the anonymous tenant's in either lane.
+    assert (record.provider, record.model_sent, record.tenant) == ("", "", "anonymous")
     assert (record.status_class, record.error_code) == ("4xx", "invalid_api_key")
+    fast = {**attributes, wire.RECORD_DETAILS: "unknown_api_key"}
+    assert decode(log_record(fast), MAPS).tenant == wire.ANONYMOUS_TENANT
+    refused = {**attributes, wire.RECORD_STATUS: "429", wire.RECORD_DETAILS: "-"}
+    assert decode(log_record(refused), MAPS).tenant == ""
     assert record.attempts == 0
     assert record.ttft_s is None and record.first_upstream_byte_s is None
     assert record.duration_s == 0.003342

@@ -9,12 +9,14 @@ from envoy.extensions.filters.http.api_key_auth.v3 import api_key_auth_pb2
 from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
 from google.protobuf.message import Message
 
+from sluicegate.config import hash_key, load_config_text, validate_text
+from sluicegate.model import build_model
 from sluicegate.xds.resource import EXTENSION_CONFIG
 from sluicegate.xds.translate import translate
 from sluicegate.xds.translate.client_keys import CLIENT_KEYS_FILTER
 from sluicegate.xds.translate.tenant_limits import limits_filter_name
 
-from .cases import model_of
+from .cases import CASES, case_path, model_of
 
 
 def _extensions(
@@ -76,3 +78,48 @@ def test_an_auto_tenant_s_buckets_hold_its_limit_less_fast_below() -> None:
     requests = buckets["requests"]
     fill_ns = requests.fill_interval.seconds * 10**9 + requests.fill_interval.nanos
     assert round(requests.tokens_per_fill.value * 60 * 10**9 / fill_ns) == 90
+
+
+def test_models_under_what_only_the_routing_stage_enforces_are_held() -> None:
+    """Route.held_in_exact_lane: a gate (the route's or its sole provider's), a route's or
+    its sole provider's limits; the model reader gets the held models alone."""
+    gateway = model_of("auto_lane_held_models")
+    assert gateway.held_models == {"gpt-4o": "route gated's concurrency gate"}
+    assert model_of("auto_lane").held_models == {}
+    text = CASES["auto_lane_held_models"][0]
+    for edit, why in (
+        ("    concurrency: {max_requests: 4, headroom: 0.25}\n",
+         "route gated's concurrency gate"),
+        ("    rate_limits: {requests: 10, per: 1m}\n", "route gated's rate limits"),
+    ):  # fmt: skip
+        edited = text.replace("    concurrency: {max_requests: 4, headroom: 0.25}\n", edit)
+        assert _held(edited) == {"gpt-4o": why}
+    provider = text.replace("    concurrency: {max_requests: 4, headroom: 0.25}\n", "").replace(
+        "    base_url: http://127.0.0.1:8001/v1\n",
+        "    base_url: http://127.0.0.1:8001/v1\n    rate_limits: {tokens: 1000, per: 1m}\n",
+    )
+    # The provider is both routes' sole one: both models are held.
+    assert _held(provider) == {
+        "gpt-4o": "provider local's rate limits",
+        "gpt-4o-mini": "provider local's rate limits",
+    }
+
+
+def test_beside_a_fast_tenant_a_gate_is_refused_at_its_lane() -> None:
+    text = CASES["auto_lane_held_models"][0] + (
+        "  - name: quick\n"
+        "    lane: fast\n"
+        "    keys:\n"
+        f'      - {{name: quick-ci, hash: "{hash_key("sk-sg-quick-0000000000000000")}", '
+        "secret: {file: keys/acme-ci.key}}\n"
+    )
+    problems = validate_text(text, str(case_path("auto_lane_held_models")), check_secrets=False)
+    (problem,) = [p for p in problems if "cannot enforce" in p.message]
+    assert problem.key_path == "tenants[1].lane"
+    assert "lane fast cannot enforce concurrency gates" in problem.message
+    assert "use lane: auto or exact" in problem.message
+
+
+def _held(text: str) -> dict[str, str]:
+    config = load_config_text(text, str(case_path("auto_lane_held_models")))
+    return dict(build_model(config, {}).held_models)

@@ -115,6 +115,9 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
                 for model, routes in gateway.served.items()
                 if all(route.asks_stream_usage for route in routes)
             ),
+            held=frozenset(gateway.held_models)
+            if any(t.auto for t in gateway.tenants)
+            else frozenset(),
         ))  # fmt: skip
         configs.append((MODEL_READER_FILTER, reader))
         configs += slot_configs(gateway)

@@ -155,11 +155,16 @@ def request_timeout_ms(limits: Limits, admission: Admission) -> int:
 
 
 def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
-    """Envoy's key check (with a fast lane and tenants) → ext_proc routing (the exact
-    lane's admission) → the fast lane's model reader and limiter slots (envoy_routing.py)
-    → usage readers → fault → error bodies → router."""
+    """Envoy's key check (with a fast lane and tenants) → the fast lane's model reader and
+    limiter slots (envoy_routing.py) → ext_proc routing (the exact lane's admission) →
+    usage readers → fault → error bodies → router."""
     limits, admission = gateway.limits, gateway.admission
     filters = key_check_filters(gateway)
+    # The fast lane's filters leave an exact-lane client's request alone, and come first:
+    # the model reader may pass an `auto` tenant's request to the routing stage by its
+    # model (model_reader.py).
+    if admission.routed_by_envoy:  # Envoy decides the fast lane's requests itself
+        filters += routing_filters(gateway)
     if admission.routing_stage:
         # The routing stage writes dynamic metadata on every request (the request record's
         # facts, and with admission the reservation and the x-ratelimit-* values); Envoy
@@ -172,8 +177,6 @@ def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
             longest_queue_wait_ms=admission.longest_queue_wait_ms,
         )
         filters.append(_routing_stage_filter(pack(routing), gateway))
-    if admission.routed_by_envoy:  # Envoy decides the fast lane's requests itself
-        filters += routing_filters(gateway)
     filters.extend(usage_filters(limits, counts_tokens=admission.counts_tokens))
     # After ext_proc: a drill applies to the route the model header selected.
     filters.append(fault_http_filter())

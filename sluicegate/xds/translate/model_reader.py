@@ -102,6 +102,7 @@ def model_reader_lua(
     max_output_tokens: int,
     estimates: bool = False,
     asks_usage: frozenset[str] = frozenset(),
+    held: frozenset[str] = frozenset(),
 ) -> str:
     """The filter's source; `default_max_tokens` is the allowance of a request that names
     no output cap (admission.default_max_tokens), `max_output_tokens` the largest cap it
@@ -109,7 +110,9 @@ def model_reader_lua(
     name; with `estimates`, each request's token estimate is written (a tenant or key
     limits tokens); for a stream of a model in `asks_usage` (every route serving it asks
     its providers for a stream's usage: model.Route.asks_stream_usage) whose client did
-    not ask, the usage event is asked for the client, as the routing stage asks it."""
+    not ask, the usage event is asked for the client, as the routing stage asks it; an
+    `auto` tenant's request for a model in `held` (model.Gateway.held_models) is passed
+    to the routing stage, its client renamed into the exact lane."""
     return rf"""
 local NAMESPACE = "{wire.METADATA_NAMESPACE}"
 local ENDPOINTS = {_lua_list(wire.GENERATION_ENDPOINTS)}
@@ -125,6 +128,8 @@ local MAX_OUTPUT, MAX_N = {max_output_tokens}, {wire.MAX_N}
 local ASKS_USAGE = {{}}
 for _, name in ipairs({_lua_list(tuple(sorted(asks_usage)))}) do ASKS_USAGE[name] = true end
 local USAGE_ENDPOINTS = {_lua_list(wire.STREAM_USAGE_ENDPOINTS)}
+local HELD = {{}}
+for _, name in ipairs({_lua_list(tuple(sorted(held)))}) do HELD[name] = true end
 local find, sub, byte = string.find, string.sub, string.byte
 
 -- The index of the quote that closes the string opened at `i`, or nil.
@@ -314,27 +319,27 @@ local function refuse(handle, problem)
 end
 
 -- The lane of the client Envoy's key check named (wire.CLIENT_HEADER:
--- "<lane>/<tenant>/<key name>") and, in the fast lane, its tenant's facts, written for
--- the record and the limits (the header goes no further). An exact-lane client's request
--- was decided by the routing stage, and keeps the header for it.
+-- "<lane>/<tenant>/<key name>") and, in the fast lane, its tenant's facts and key name,
+-- written for the record and the limits. An exact-lane client's request is the routing
+-- stage's, which comes next. The header stays for the routing stage's filter, which skips
+-- a fast-lane client's (listeners.py); no provider gets it (routes.py).
 local function client(handle, headers)
   local named = headers:get("{wire.CLIENT_HEADER}")
-  if named == nil then return nil, nil end
+  if named == nil then return nil, nil, nil end
   local lane, tenant, key = string.match(named, "^([^/]+)/([^/]+)/([^/]+)$")
-  if lane == "{LANE_EXACT}" then return lane, nil end
-  headers:remove("{wire.CLIENT_HEADER}")
+  if lane == "{LANE_EXACT}" then return lane, nil, nil end
   local facts = TENANTS[tenant]
-  if lane ~= "{LANE_FAST}" or facts == nil then return "{UNKNOWN_CLIENT.problem}", nil end
+  if lane ~= "{LANE_FAST}" or facts == nil then return "{UNKNOWN_CLIENT.problem}", nil, nil end
   local meta = handle:streamInfo():dynamicMetadata()
   meta:set(NAMESPACE, "{wire.META_TENANT}", tenant)
   meta:set(NAMESPACE, "{wire.META_KEY_NAME}", key)
   meta:set(NAMESPACE, "{wire.META_PRIORITY}", facts.priority)
-  return lane, facts
+  return lane, facts, key
 end
 
 function envoy_on_request(handle)
-  local lane, tenant = client(handle, handle:headers())
-  if lane == "{LANE_EXACT}" then return end  -- the routing stage decided it
+  local lane, tenant, key = client(handle, handle:headers())
+  if lane == "{LANE_EXACT}" then return end  -- the routing stage decides it
   if lane == "{UNKNOWN_CLIENT.problem}" then return refuse(handle, lane) end
   -- A request without a body (a listing, a GET) is routed by its path, as the routing
   -- stage leaves it.
@@ -361,6 +366,12 @@ function envoy_on_request(handle)
   model = string.gsub(sub(model, 2, -2), "\\/", "/")
   if tenant ~= nil and tenant.models ~= nil and not tenant.models[model] then
     return refuse(handle, "{MODEL_NOT_ALLOWED.problem}")
+  end
+  if tenant ~= nil and tenant.auto and HELD[model] then
+    -- What only the routing stage enforces applies (a gate, a provider's limits): it
+    -- decides this request, as any exact-lane client's (it overwrites the metadata above).
+    handle:headers():replace("{wire.CLIENT_HEADER}", "{LANE_EXACT}/" .. tenant.name .. "/" .. key)
+    return
   end
   local meta = handle:streamInfo():dynamicMetadata()
   meta:set(NAMESPACE, "{wire.META_MODEL}", model)
