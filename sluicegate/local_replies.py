@@ -408,6 +408,19 @@ UNKNOWN_CLIENT: Final = BodyRefusal(
     None,
     "server_error",
 )
+# A client asked (wire.PRIORITY_HEADER) for a class that does not exist or is above its
+# tenant's (the routing stage's bad_priority, without the value and the classes allowed,
+# which a fixed answer cannot name).
+INVALID_PRIORITY: Final = BodyRefusal(
+    "invalid_priority",
+    400,
+    "invalid_priority",
+    "Header x-sluicegate-priority names no priority class your key may use.",
+    "x-sluicegate-priority",
+)
+# What the model reader refuses of the client rather than the body, each answered by a
+# route of its own after the body's refusals.
+CLIENT_REFUSALS: Final = (MODEL_NOT_ALLOWED, INVALID_PRIORITY, UNKNOWN_CLIENT)
 MODEL_NOT_SERVED: Final = BodyRefusal(
     "model_not_served",
     404,
@@ -431,7 +444,7 @@ def answered_code(route: str) -> str | None:
     if not route.startswith(ANSWERED_ROUTE_PREFIX):
         return None
     # Codes do not depend on the limit a message names.
-    for refusal in (*body_refusals(1), MODEL_NOT_ALLOWED, UNKNOWN_CLIENT, MODEL_NOT_SERVED):
+    for refusal in (*body_refusals(1), *CLIENT_REFUSALS, MODEL_NOT_SERVED):
         if answered_route_name(refusal) == route:
             return refusal.code
     return None

@@ -152,6 +152,30 @@ def test_a_model_outside_the_tenants_list_is_a_403(stack: Stack) -> None:
     assert _post(stack, _chat(OTHER_MODEL), **_bearer("open")).status == 200
 
 
+def test_a_client_may_ask_for_its_tenants_class_or_a_lower_one(stack: Stack) -> None:
+    """As the routing stage lets it (docs/admission.md): tenant open's class is the
+    quickstart's default, standard; batch is below it, interactive above."""
+    lower = _post(stack, _chat(), **_bearer("open"), **{wire.PRIORITY_HEADER: " Batch"})
+    assert lower.status == 200
+    for asked in ("interactive", "nonsense"):
+        refused = _post(stack, _chat(), **_bearer("open"), **{wire.PRIORITY_HEADER: asked})
+        assert refused.status == 400, refused.text
+        assert (refused.error["code"], refused.error["param"]) == (
+            "invalid_priority",
+            wire.PRIORITY_HEADER,
+        )
+    def counted() -> tuple[float, float]:
+        return (
+            stack.metric_sum(REQUESTS, tenant="open", priority="batch", status_class="2xx"),
+            stack.metric_sum(REQUESTS, tenant="open", error_code="invalid_priority"),
+        )
+
+    deadline = time.monotonic() + 15
+    while counted() != (1, 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert counted() == (1, 2)
+
+
 def test_a_requests_limit_refuses_at_its_count_and_only_its_tenant(stack: Stack) -> None:
     statuses = [_post(stack, _chat(), **_bearer("tight")).status for _ in range(TIGHT_REQUESTS)]
     assert statuses == [200] * TIGHT_REQUESTS

@@ -8,9 +8,9 @@ reader in wire.USAGE_HEADER and clears the route cache; the request re-matches h
 - per model, its stream twin (metadata `stream` is `true`) and its plain route, matched
   on metadata `model` instead of the routing stage's headers (streams.py);
 - per prefix, after every model route: each body problem the reader found, answered 400
-  as the routing stage words it, a model the tenant may not use, 403, then a model no
-  route serves, 404; OpenAI error JSON from Envoy itself (local_replies.body_refusals,
-  MODEL_NOT_ALLOWED, MODEL_NOT_SERVED).
+  as the routing stage words it, a model the tenant may not use, 403, a priority class it
+  may not ask for, 400, then a model no route serves, 404; OpenAI error JSON from Envoy
+  itself (local_replies.body_refusals, CLIENT_REFUSALS, MODEL_NOT_SERVED).
 
 Between the reader and the router, the limiter slots with the tenants' token buckets,
 then the routes' per-model buckets (tenant_limits.py).
@@ -31,9 +31,8 @@ from google.protobuf.message import Message
 
 from sluicegate import wire
 from sluicegate.local_replies import (
-    MODEL_NOT_ALLOWED,
+    CLIENT_REFUSALS,
     MODEL_NOT_SERVED,
-    UNKNOWN_CLIENT,
     BodyRefusal,
     answered_route_name,
     body_refusals,
@@ -115,6 +114,7 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
                 for model, routes in gateway.served.items()
                 if all(route.asks_stream_usage for route in routes)
             ),
+            classes=gateway.admission.class_names,
             held=frozenset(gateway.held_models)
             if any(t.auto for t in gateway.tenants)
             else frozenset(),
@@ -155,7 +155,8 @@ def model_routes(plain: rc.Route, twin: rc.Route, model: str) -> list[rc.Route]:
 
 def answered_routes(prefix: str, max_output_tokens: int) -> list[rc.Route]:
     """Under `prefix`, after every model route: each body error (local_replies.
-    body_refusals), a model the tenant may not use, then a model no route serves."""
+    body_refusals), each refusal of the client (CLIENT_REFUSALS), then a model no route
+    serves."""
     routes = [
         _json_reply(
             prefix,
@@ -165,7 +166,7 @@ def answered_routes(prefix: str, max_output_tokens: int) -> list[rc.Route]:
                 value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=error.problem)),
             ),
         )
-        for error in (*body_refusals(max_output_tokens), MODEL_NOT_ALLOWED, UNKNOWN_CLIENT)
+        for error in (*body_refusals(max_output_tokens), *CLIENT_REFUSALS)
     ]
     served = _metadata_match(wire.META_MODEL, value_pb2.ValueMatcher(present_match=True))
     routes.append(_json_reply(prefix, MODEL_NOT_SERVED, served))

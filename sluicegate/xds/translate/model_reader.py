@@ -21,8 +21,9 @@ then clears the route cache, so the request re-matches on the metadata (routes.p
 
 With tenants (docs/fast-lane.md, "Keys" and "Limits") it also reads the client Envoy's
 key check named in wire.CLIENT_HEADER (removing the header), writes the request's
-tenant, key name and priority class, refuses a model the tenant may not use
-(`model_not_allowed`), and, when a fast-lane tenant, key or route limits tokens, writes
+tenant, key name and priority class (its own, or a lower one the client asks for in
+wire.PRIORITY_HEADER; another is refused, `invalid_priority`), refuses a model the tenant
+may not use (`model_not_allowed`), and, when a fast-lane tenant, key or route limits tokens, writes
 the request's estimate: input tokens over the prompt members as filters/estimate.py
 counts them, output tokens as the allowance, and their sum, which the token buckets
 charge (tenant_limits.py).
@@ -49,6 +50,7 @@ from sluicegate import wire
 from sluicegate.config import LANE_EXACT, LANE_FAST
 from sluicegate.local_replies import (
     DUPLICATE_PREFIX,
+    INVALID_PRIORITY,
     MAX_TOKENS_PREFIX,
     MODEL_NOT_ALLOWED,
     UNKNOWN_CLIENT,
@@ -102,6 +104,7 @@ def model_reader_lua(
     max_output_tokens: int,
     estimates: bool = False,
     asks_usage: frozenset[str] = frozenset(),
+    classes: tuple[str, ...] = (),
     held: frozenset[str] = frozenset(),
 ) -> str:
     """The filter's source; `default_max_tokens` is the allowance of a request that names
@@ -110,9 +113,11 @@ def model_reader_lua(
     name; with `estimates`, each request's token estimate is written (a tenant or key
     limits tokens); for a stream of a model in `asks_usage` (every route serving it asks
     its providers for a stream's usage: model.Route.asks_stream_usage) whose client did
-    not ask, the usage event is asked for the client, as the routing stage asks it; an
-    `auto` tenant's request for a model in `held` (model.Gateway.held_models) is passed
-    to the routing stage, its client renamed into the exact lane."""
+    not ask, the usage event is asked for the client, as the routing stage asks it; a
+    tenant's request may ask for one of the priority `classes` (highest first) at or below
+    its tenant's, as the routing stage lets it; an `auto` tenant's request for a model in
+    `held` (model.Gateway.held_models) is passed to the routing stage, its client renamed
+    into the exact lane."""
     return rf"""
 local NAMESPACE = "{wire.METADATA_NAMESPACE}"
 local ENDPOINTS = {_lua_list(wire.GENERATION_ENDPOINTS)}
@@ -128,6 +133,8 @@ local MAX_OUTPUT, MAX_N = {max_output_tokens}, {wire.MAX_N}
 local ASKS_USAGE = {{}}
 for _, name in ipairs({_lua_list(tuple(sorted(asks_usage)))}) do ASKS_USAGE[name] = true end
 local USAGE_ENDPOINTS = {_lua_list(wire.STREAM_USAGE_ENDPOINTS)}
+local RANK = {{}}
+for rank, name in ipairs({_lua_list(classes)}) do RANK[name] = rank end
 local HELD = {{}}
 for _, name in ipairs({_lua_list(tuple(sorted(held)))}) do HELD[name] = true end
 local find, sub, byte = string.find, string.sub, string.byte
@@ -337,8 +344,22 @@ local function client(handle, headers)
   return lane, facts, key
 end
 
+-- The class a client asked for (wire.PRIORITY_HEADER, trimmed, any case) if it is the
+-- tenant's or below it, the tenant's when it asked none; nil for any other
+-- (filters/admission/stream.py's _priority).
+local function priority(asked, facts)
+  if asked == nil then return facts.priority end
+  asked = string.lower(string.match(asked, "^%s*(.-)%s*$"))
+  if asked == "" then return facts.priority end
+  local rank = RANK[asked]
+  if rank == nil or rank < RANK[facts.priority] then return nil end
+  return asked
+end
+
 function envoy_on_request(handle)
-  local lane, tenant, key = client(handle, handle:headers())
+  local headers = handle:headers()
+  local lane, tenant, key = client(handle, headers)
+  local asked = headers:get("{wire.PRIORITY_HEADER}")
   if lane == "{LANE_EXACT}" then return end  -- the routing stage decides it
   if lane == "{UNKNOWN_CLIENT.problem}" then return refuse(handle, lane) end
   -- A request without a body (a listing, a GET) is routed by its path, as the routing
@@ -374,6 +395,11 @@ function envoy_on_request(handle)
     return
   end
   local meta = handle:streamInfo():dynamicMetadata()
+  if tenant ~= nil then
+    local class = priority(asked, tenant)
+    if class == nil then return refuse(handle, "{INVALID_PRIORITY.problem}") end
+    meta:set(NAMESPACE, "{wire.META_PRIORITY}", class)
+  end
   meta:set(NAMESPACE, "{wire.META_MODEL}", model)
   meta:set(NAMESPACE, "{wire.META_STREAM}", stream)
 
@@ -390,7 +416,7 @@ function envoy_on_request(handle)
     meta:set(NAMESPACE, "{wire.META_CHARGED_TENANT}", tenant.name)
   end
   -- Fetched again: a wrapper taken before body() is void once the body was awaited.
-  local headers = handle:headers()
+  headers = handle:headers()
   local path = headers:get(":path")
   -- A stream whose client did not ask for its usage (no `stream_options` at all): asked
   -- for it, spliced after the opening brace, and the event cut from the client's stream
