@@ -333,11 +333,11 @@ LATENCY_LAYOUT: Final = (
 )
 # ----- the auto lane (docs/fast-lane.md, "The auto lane") ---------------------------------
 
-# The records of `auto` tenants' requests (metadata META_AUTO_LANE), to the control plane
-# at their end and while they run, and to the ext_proc servers while they run: what lane
-# steering and the exact lane's charges read (which request and whether it still runs,
-# whether it failed, the tenant, key and estimate in the metadata, the usage, and for a
-# stream without usage its counted events; the details tell the fast lane's own refusal).
+# The records of `auto` tenants' requests (metadata META_AUTO_LANE) while they run, to
+# the ext_proc servers: what the exact lane's charges and the usage notes read (which
+# request and whether it still runs, whether it failed, the tenant, key and estimate in
+# the metadata, the usage, and for a stream without usage its counted events; the
+# details tell the fast lane's own refusal).
 LANE_LOG_NAME: Final = "sluicegate-lane"
 LANE_LAYOUT: Final = (
     RECORD_STREAM_ID,
@@ -348,10 +348,29 @@ LANE_LAYOUT: Final = (
     RECORD_USAGE,
     RECORD_METADATA,
 )
+# What the ext_proc servers tell the control plane of an `auto` tenant's request, one
+# note a record of it (lanes/notes.py), sent to the control plane's LogsService as the
+# body of a LogRecord, laid out as the record logs are (record_body).
+LANE_USAGE_LOG_NAME: Final = "sluicegate-lane-usage"
+NOTE_TENANT: Final = "tenant"
+NOTE_KEY_NAME: Final = "key_name"
+NOTE_STREAM_ID: Final = RECORD_STREAM_ID
+NOTE_KIND: Final = "kind"  # lanes/notes.py: running, ended, failed or refused
+NOTE_INPUT_TOKENS: Final = "input_tokens"
+NOTE_OUTPUT_TOKENS: Final = "output_tokens"
+LANE_USAGE_LAYOUT: Final = (
+    NOTE_TENANT,
+    NOTE_KEY_NAME,
+    NOTE_STREAM_ID,
+    NOTE_KIND,
+    NOTE_INPUT_TOKENS,
+    NOTE_OUTPUT_TOKENS,
+)
 _LAYOUTS: Final = {
     RECORD_LOG_NAME: RECORD_LAYOUT,
     LATENCY_LOG_NAME: LATENCY_LAYOUT,
     LANE_LOG_NAME: LANE_LAYOUT,
+    LANE_USAGE_LOG_NAME: LANE_USAGE_LAYOUT,
 }
 
 

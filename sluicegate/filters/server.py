@@ -67,6 +67,7 @@ class ExtProcServer:
         policy, table = admission_policy(gateway), RoutingTable.from_model(gateway)
         self.update_admission(policy)
         self.update_table(table)
+        self.service.load_lanes(gateway)
         # Metric labels follow the new names (docs/metrics.md, "Cardinality"), and records
         # go to the new access log. One that cannot be opened (validation only warns about
         # a missing directory) is logged, and the last one stays: never a crash.
@@ -129,6 +130,7 @@ class ExtProcServer:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)
+            await self.service.lane_notes.close()
             await self.service.admission.close()
             self.service.records.close()
 

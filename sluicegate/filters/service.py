@@ -9,14 +9,18 @@ sets (`x-sluicegate-stage: routing | usage | attempt | error_body`).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from sluicegate import wire
-from sluicegate.records import RecordSink, logs_handler
+from sluicegate.lanes import NoteForwarder, note_of
+from sluicegate.model import Gateway
+from sluicegate.records import RecordSink, RequestRecord, logs_handler
 
 from . import counters as outcome
 from . import errors
@@ -62,9 +66,23 @@ class ExtProcService:
         # charge their reservations, or an auto tenant's fast-lane request into its windows
         # (filters/admission/charge.py).
         admission = self.admission
-        self.records = RecordSink(
-            admission.metrics.registry, on_record=lambda record: charge_finished(admission, record)
-        )
+        # An auto tenant's request's records are noted for the control plane's lane
+        # steering too (docs/fast-lane.md, "The auto lane"); load_lanes sends them.
+        self.lane_notes = NoteForwarder()
+        admission.metrics.registry.register(_NoteCounts(self.lane_notes))
+        self.records = RecordSink(admission.metrics.registry, on_record=self._on_record)
+
+    def _on_record(self, record: RequestRecord) -> None:
+        charge_finished(self.admission, record)
+        if record.auto_lane:
+            note = note_of(record)
+            if note is not None:
+                self.lane_notes.add(note)
+
+    def load_lanes(self, gateway: Gateway) -> None:
+        """Send usage notes to the gateway's control plane while it has an auto tenant."""
+        steered = any(tenant.auto for tenant in gateway.tenants)
+        self.lane_notes.target(gateway.control_plane if steered else None)
 
     @property
     def table(self) -> RoutingTable:
@@ -154,3 +172,22 @@ class ExtProcService:
             async for _request in requests:
                 counters.inc(str(stage), outcome.UNKNOWN_STAGE)
                 yield errors.UNKNOWN_STAGE
+
+
+class _NoteCounts(Collector):
+    """`sluicegate_lane_notes_total{outcome}`: usage notes sent to the control plane, or
+    dropped (it took none: docs/fast-lane.md, "The auto lane")."""
+
+    def __init__(self, forwarder: NoteForwarder) -> None:
+        self._forwarder = forwarder
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "sluicegate_lane_notes",
+            "Usage notes of auto tenants' requests sent to the control plane, or dropped",
+            labels=["outcome"],
+        )
+        family.add_metric(["sent"], self._forwarder.sent)
+        family.add_metric(["dropped"], self._forwarder.dropped)
+        yield family
+

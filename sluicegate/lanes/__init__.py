@@ -3,7 +3,8 @@
 
     steering = LaneSteering()                # in the control plane
     steering.load(gateway)                   # each config load: thresholds, auto tenants, limits
-    steering.observe(record)                 # Envoy's lane log (wire.LANE_LOG_NAME), decoded
+    steering.on_records(batch)               # usage notes (notes.py) the ext_proc servers
+                                             # make of records and forward (forwarder.py)
     for move in steering.tick(): ...         # every tick_s: the tenants that change lanes
     gateway.with_lanes(steering.lanes())     # pushed: the key check alone
 
@@ -13,6 +14,8 @@ its limits, and in the exact lane (the routing stage's sliding windows) near the
 with the clock passed in.
 """
 
+from .forwarder import NoteForwarder
+from .notes import UsageNote, note_body, note_of
 from .steering import AutoLaneSettings, LaneMove, LaneSteering, LimitUsage, TenantLane
 from .usage import SLOTS, Usage, UsageLog
 
@@ -22,7 +25,11 @@ __all__ = [
     "LaneMove",
     "LaneSteering",
     "LimitUsage",
+    "NoteForwarder",
     "TenantLane",
     "Usage",
     "UsageLog",
+    "UsageNote",
+    "note_body",
+    "note_of",
 ]

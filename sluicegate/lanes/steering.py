@@ -3,7 +3,8 @@ auto lane").
 
     steering = LaneSteering(settings, clock)
     steering.load(gateway)            # each config load: the auto tenants and their limits
-    steering.on_records(batch)        # LogsService batches of the lane log (records.logs_handler)
+    steering.on_records(batch)        # LogsService batches of usage notes (notes.py), from
+                                      # the ext_proc servers (records.logs_handler)
     moves = steering.tick()           # every tick_s: the tenants that change lanes
     gateway.with_lanes(steering.lanes())   # what the control plane translates and pushes
 
@@ -28,25 +29,17 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from sluicegate import config, wire
-from sluicegate.local_replies import BUCKETS_REFUSED
 from sluicegate.model import Gateway
-from sluicegate.records import (
-    RequestRecord,
-    billed_in_flight,
-    billed_record,
-    decode,
-    log_name,
-)
+from sluicegate.records import RequestRecord, fields_of, log_name
 
+from .notes import UsageNote, note_from_fields, note_of
 from .usage import Entry, UsageLog
 
-# A record's model as sent to the provider plays no part in its usage.
-_NO_MODEL_MAPS: Final[Mapping[str, Mapping[str, str]]] = {}
 # A refusal-made move's hold doubles per such move in a row, up to 2**MAX_BACKOFF times.
 MAX_BACKOFF: Final = 5
 # Requests counted while running whose end is awaited; more are forgotten oldest first
@@ -290,63 +283,67 @@ class LaneSteering:
 
     def on_records(self, batch: Sequence[Any]) -> int:
         """Some OpenTelemetry LogRecords of a LogsService batch (records.RecordBatches):
-        the lane log's alone."""
+        the usage notes' alone (wire.LANE_USAGE_LOG_NAME, from the ext_proc servers)."""
         counted = 0
         for log_record in batch:
-            if log_name(log_record) == wire.LANE_LOG_NAME:
-                counted += self.observe(decode(log_record, _NO_MODEL_MAPS))
+            if log_name(log_record) == wire.LANE_USAGE_LOG_NAME:
+                note = note_from_fields(fields_of(log_record))
+                counted += note is not None and self.count(note)
         return counted
 
     def observe(self, record: RequestRecord) -> bool:
-        """Count one record into its auto tenant's limits (its own, and its key's) at the
+        """Count one request record (`count` of its note: notes.note_of)."""
+        note = note_of(record)
+        return note is not None and self.count(note)
+
+    def count(self, note: UsageNote) -> bool:
+        """Count one note into its auto tenant's limits (its own, and its key's) at the
         clock's now; False for another tenant's, a failed request's (billed nothing, not
-        even a request), one without a model (a listing: no lane charges it), or a tenant
-        without limits."""
-        state = self._tenants.get(record.tenant)
-        if state is None or not record.model:
+        even a request), a running request's already counted, or a tenant without
+        limits."""
+        state = self._tenants.get(note.tenant)
+        if state is None:
             return False
-        scopes = [state.own, state.keys.get(record.key_name) if record.key_name else None]
+        scopes = [state.own, state.keys.get(note.key_name) if note.key_name else None]
         logs = [scope.log for scope in scopes if scope is not None]
         if not logs:
             return False
-        if record.in_flight:
-            return self._running_request(record, logs)
-        bill = billed_record(record)
-        if bill.failed and _refused_by_buckets(record) and state.lane == config.LANE_FAST:
+        if note.running:
+            return self._running_request(note, logs)
+        if note.kind == "refused" and state.lane == config.LANE_FAST:
             state.refused = True  # the exact lane admits it by what it is billed
         running = (
-            self._running.pop((record.tenant, record.stream_id), None) if record.stream_id else None
+            self._running.pop((note.tenant, note.stream_id), None) if note.stream_id else None
         )
         if running is not None:
             # Counted while it ran: its estimate becomes what it was billed, in place.
             for log, entry in running.charges:
                 log.adjust(
                     entry,
-                    -1 if bill.failed else 0,
-                    bill.input_tokens - running.input_tokens,
-                    bill.output_tokens - running.output_tokens,
+                    -1 if note.failed else 0,
+                    note.input_tokens - running.input_tokens,
+                    note.output_tokens - running.output_tokens,
                 )
             return True
-        if bill.failed:
+        if note.failed:
             return False
         now = self._clock()
         for log in logs:
-            log.add(now, 1, bill.input_tokens, bill.output_tokens)
+            log.add(now, 1, note.input_tokens, note.output_tokens)
         self.records_counted += 1
         return True
 
-    def _running_request(self, record: RequestRecord, logs: list[UsageLog]) -> bool:
-        """A request's record sent while it runs (docs/fast-lane.md, "The auto lane"): its
+    def _running_request(self, note: UsageNote, logs: list[UsageLog]) -> bool:
+        """A request's note sent while it runs (docs/fast-lane.md, "The auto lane"): its
         first counts its estimate now, so a long request is seen long before its end."""
-        stream = (record.tenant, record.stream_id)
-        if not record.stream_id or stream in self._running:
+        stream = (note.tenant, note.stream_id)
+        if not note.stream_id or stream in self._running:
             return False  # counted already (Envoy sends one every IN_FLIGHT_FLUSH_MS)
-        bill = billed_in_flight(record)
         now = self._clock()
         charges = tuple(
-            (log, log.add(now, 1, bill.input_tokens, bill.output_tokens)) for log in logs
+            (log, log.add(now, 1, note.input_tokens, note.output_tokens)) for log in logs
         )
-        self._running[stream] = _Running(charges, bill.input_tokens, bill.output_tokens)
+        self._running[stream] = _Running(charges, note.input_tokens, note.output_tokens)
         if len(self._running) > MAX_RUNNING:
             self._running.popitem(last=False)
         self.records_counted += 1
@@ -405,12 +402,3 @@ class LaneSteering:
             )
             for name, state in self._tenants.items()
         }
-
-
-def _refused_by_buckets(record: RequestRecord) -> bool:
-    """A fast-lane request its tenant's token buckets refused (Envoy's details; a
-    provider's own 429 says `via_upstream`). Routes' per-model buckets refuse with the
-    same details, but an auto tenant's requests never meet them: its requests for a model
-    with limits take the exact lane (model.Route.held_in_exact_lane), and validation
-    forbids route limits beside a fast tenant and an auto one (config check_lane)."""
-    return record.fast_lane and record.code_details == BUCKETS_REFUSED

@@ -30,6 +30,10 @@ CLIENT_CLOSED: Final = "client_closed"
 _CLIENT_DISCONNECT_FLAG: Final = "DC"
 # Longer details are no ext_proc server's answer (codes are short snake_case names).
 _MAX_DETAILS_CODE: Final = 64
+# The codes of Envoy's key check's refusals (a 401 before any tenant is known).
+_KEY_REFUSALS: Final = frozenset(
+    refusal.code for refusal in local_replies.FAST_LANE_REFUSALS if refusal.status == 401
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,16 +217,23 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
     details = _text(attrs.get(wire.RECORD_DETAILS))
     model_sent = model_maps.get(provider, {}).get(model, model) if provider else ""
     start = getattr(log_record, "time_unix_nano", 0)
+    code = error_code(
+        _meta_text(meta, wire.META_ERROR_CODE),
+        status,
+        details,
+        flags,
+        _text(attrs.get(wire.RECORD_ROUTE)),
+    )
     return RequestRecord(
         # The routing stage names the model route of a request it refused after routing.
         route=_meta_text(meta, wire.META_ROUTE) or _text(attrs.get(wire.RECORD_ROUTE)),
         provider=provider,
         model=model,
         model_sent=model_sent,
-        # Envoy's key check refuses a request (401) before anything names its tenant: it
-        # is the anonymous tenant's, as the routing stage's refusals are.
+        # Envoy's key check refuses a request before anything names its tenant: it is the
+        # anonymous tenant's, as the routing stage's refusals of keys are.
         tenant=_meta_text(meta, wire.META_TENANT)
-        or (wire.ANONYMOUS_TENANT if status == 401 else ""),
+        or (wire.ANONYMOUS_TENANT if code in _KEY_REFUSALS else ""),
         key_name=_meta_text(meta, wire.META_KEY_NAME),
         priority=_meta_text(meta, wire.META_PRIORITY),
         scenario=_meta_text(meta, wire.META_SCENARIO),
@@ -230,13 +241,7 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
         status_class=status_class(status),
         flags=flags,
         code_details=details,
-        error_code=error_code(
-            _meta_text(meta, wire.META_ERROR_CODE),
-            status,
-            details,
-            flags,
-            _text(attrs.get(wire.RECORD_ROUTE)),
-        ),
+        error_code=code,
         attempts=_count(attrs.get(wire.RECORD_ATTEMPTS)) or 0,
         stream=_stream(meta, _text(attrs.get(wire.RECORD_CONTENT_TYPE))),
         queue_s=_queue_seconds(meta.get(wire.META_QUEUE_MS)),

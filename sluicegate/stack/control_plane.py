@@ -228,15 +228,16 @@ class ControlPlane:
         return moves
 
     def on_records(self, batch: Sequence[Any]) -> int:
-        """Records Envoy sent the control plane (its LogsService; records.RecordBatches):
-        the lane log's to the lane steering, the latency log's to the latency router."""
-        counted = 0
-        for log_record in batch:
-            record = decode(log_record, {})
-            if log_name(log_record) == wire.LANE_LOG_NAME:
-                counted += self.lanes.observe(record)
-            else:  # the latency log's (one with no body: from an Envoy before the body)
-                counted += self.latency.observe(record)
+        """Records the control plane's LogsService took (records.RecordBatches): the
+        ext_proc servers' usage notes to the lane steering (sluicegate.lanes), Envoy's
+        latency log's records to the latency router."""
+        notes = [r for r in batch if log_name(r) == wire.LANE_USAGE_LOG_NAME]
+        counted = self.lanes.on_records(notes) if notes else 0
+        if len(notes) < len(batch):
+            # The latency log's (one with no body: from an Envoy before the body).
+            for log_record in batch:
+                if log_name(log_record) != wire.LANE_USAGE_LOG_NAME:
+                    counted += self.latency.observe(decode(log_record, {}))
         return counted
 
     def _push_steered(

@@ -155,7 +155,9 @@ def test_a_model_outside_the_tenants_list_is_a_403(stack: Stack) -> None:
 def test_a_client_may_ask_for_its_tenants_class_or_a_lower_one(stack: Stack) -> None:
     """As the routing stage lets it (docs/admission.md): tenant open's class is the
     quickstart's default, standard; batch is below it, interactive above."""
-    lower = _post(stack, _chat(), **_bearer("open"), **{wire.PRIORITY_HEADER: " Batch"})
+    # Read as the routing stage reads it: the last comma-separated value, any case.
+    asked = "interactive, Batch"
+    lower = _post(stack, _chat(), **_bearer("open"), **{wire.PRIORITY_HEADER: asked})
     assert lower.status == 200
     for asked in ("interactive", "nonsense"):
         refused = _post(stack, _chat(), **_bearer("open"), **{wire.PRIORITY_HEADER: asked})

@@ -28,7 +28,7 @@ from tests.ports import free_ports
 
 pytestmark = pytest.mark.e2e
 
-CLIENT_KEY = "sk-sluicegate-demo"  # quickstart's demo tenant key (examples/keys holds none)
+CLIENT_KEY = "sk-sluicegate-demo"  # quickstart's demo tenant key
 DEMO_HASH = (
     "sha256:4993ac97c21f7374edfa92a4187fba10:"
     "2f8bdf1a9b5bebf88ce01a2294d957b35dc6f1638a8989e2d54c00d4caeb3ff2"

@@ -250,7 +250,9 @@ async def test_unknown_model_is_404_even_for_a_narrow_tenant(channel: grpc.aio.C
     await stream.close()
 
 
-@pytest.mark.parametrize("asked", ["interactive", "gold", "INTERACTIVE"])
+@pytest.mark.parametrize(
+    "asked", ["interactive", "gold", "INTERACTIVE", "batch,interactive", "batch\u00a0"]
+)
 async def test_priority_above_the_tenant_or_unknown_is_400(
     channel: grpc.aio.Channel, server: ExtProcServer, asked: str
 ) -> None:
@@ -264,7 +266,11 @@ async def test_priority_above_the_tenant_or_unknown_is_400(
     assert decisions(server, "bad_request", "none") == 1
 
 
-@pytest.mark.parametrize("asked", ["standard", "batch", " Batch ", ""])
+# As the fast lane's model reader reads it (model_reader.py): the last comma-separated
+# value, trimmed of ASCII whitespace, any case; blank asks for none.
+@pytest.mark.parametrize(
+    "asked", ["standard", "batch", " Batch ", "", " \t", "interactive, batch", "batch,"]
+)
 async def test_priority_at_or_below_the_tenant_routes(
     channel: grpc.aio.Channel, asked: str
 ) -> None:

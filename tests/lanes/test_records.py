@@ -1,5 +1,6 @@
-"""Lane steering fed the records Envoy's lane log sends (wire.LANE_LAYOUT), as
-OpenTelemetry LogRecords through LogsService's batches."""
+"""Lane steering fed the usage notes the ext_proc servers make of Envoy's records of auto
+tenants' requests (lanes/notes.py), as OpenTelemetry LogRecords through LogsService's
+batches."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 
 from sluicegate import wire
 from sluicegate.lanes import LaneSteering
-from sluicegate.records import log_records
+from sluicegate.lanes.notes import note_body, note_of
+from sluicegate.records import decode, log_records
 from tests.latency.helpers import Clock
 
 from .helpers import gateway
@@ -24,7 +26,8 @@ def lane_record(
     metadata: dict[str, Any] | None = None,
     usage: dict[str, Any] | None = None,
 ) -> Any:
-    """As Envoy's lane log sends it: the LANE layout's fields in the body ("-": none)."""
+    """The note of a record as Envoy sends it (the LANE layout's fields in the body, "-":
+    none), as the ext_proc servers send it on."""
     meta = {
         wire.META_TENANT: "acme",
         wire.META_KEY_NAME: "ci",
@@ -41,7 +44,11 @@ def lane_record(
         wire.RECORD_USAGE: "-" if usage is None else json.dumps(usage),
     }
     body = wire.record_body(wire.LANE_LOG_NAME, fields)
-    return logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value=body))
+    record = decode(logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value=body)), {})
+    note = note_of(record)
+    if note is None:
+        return logs_pb2.LogRecord()
+    return logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value=note_body(note)))
 
 
 def batch(*records: Any) -> list[Any]:
@@ -60,7 +67,7 @@ def batch(*records: Any) -> list[Any]:
     )
 
 
-def test_the_lane_log_s_records_are_counted() -> None:
+def test_the_notes_of_the_records_are_counted() -> None:
     steering = LaneSteering(clock=Clock())
     steering.load(gateway())
     counted = steering.on_records(

@@ -72,12 +72,15 @@ def test_a_refused_request_has_no_provider_timings_or_usage() -> None:
         wire.RECORD_METADATA: "-", wire.RECORD_USAGE: "-",
     }  # fmt: skip
     record = decode(log_record(attributes), MAPS)
-    # A 401 without a tenant in the metadata (Envoy's key check refuses before anything
-    # names one) is the anonymous tenant's in either lane.
+    # A refused key without a tenant in the metadata (Envoy's key check refuses before
+    # anything names one) is the anonymous tenant's in either lane.
     assert (record.provider, record.model_sent, record.tenant) == ("", "", "anonymous")
     assert (record.status_class, record.error_code) == ("4xx", "invalid_api_key")
     fast = {**attributes, wire.RECORD_DETAILS: "unknown_api_key"}
     assert decode(log_record(fast), MAPS).tenant == wire.ANONYMOUS_TENANT
+    # A provider's own 401 (routing without Python: no tenant) is nobody's.
+    provider = {**attributes, wire.RECORD_DETAILS: "via_upstream", wire.RECORD_PROVIDER: "alpha"}
+    assert decode(log_record(provider), MAPS).tenant == ""
     refused = {**attributes, wire.RECORD_STATUS: "429", wire.RECORD_DETAILS: "-"}
     assert decode(log_record(refused), MAPS).tenant == ""
     assert record.attempts == 0

@@ -541,8 +541,21 @@ class AdmissionStream:
         """The tenant's class, or a lower one the client asked for; None if it asked for
         a class that does not exist or is above its tenant's."""
         default = tenant.priority if tenant is not None else self._policy.default_priority
-        asked = self._priority_header
-        if asked is None or asked == "":
+        asked = requested_class(self._priority_header)
+        if asked is None:
             return default
-        asked = asked.strip().lower()
         return asked if asked in self._allowed_classes(tenant) else None
+
+
+def requested_class(header: str | None) -> str | None:
+    """The class a wire.PRIORITY_HEADER value asks for, as the fast lane's model reader
+    reads it too (xds/translate/model_reader.py): its last comma-separated value (a
+    repeated header's last), trimmed of ASCII whitespace, in lower case; None when it
+    asks none (absent or blank). Non-ASCII text is kept as it is, so it names no class."""
+    if header is None:
+        return None
+    asked = header.rpartition(",")[2].strip(" \t\n\v\f\r")
+    if not asked:
+        return None
+    return asked.lower() if asked.isascii() else asked
+

@@ -1,6 +1,7 @@
 """Listeners: one per config listener, each an HTTP connection manager fed routes over RDS.
 
-Filter chain: ext_proc (routing stage: admission and model routing) → usage readers
+Filter chain: with a fast lane, Envoy's key check and the model reader first
+(envoy_routing.py); ext_proc (routing stage: admission and model routing) → usage readers
 (with token limits the ext_proc usage observer for large JSON answers; json_to_metadata
 for small ones; a Lua filter and sse_to_metadata for streams; usage.py) → fault → error
 bodies (a provider's non-JSON error answer wrapped in OpenAI's error JSON;

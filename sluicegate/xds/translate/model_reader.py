@@ -20,7 +20,8 @@ into a document (about 40 ms a MB on Envoy's worker: a 100 KB prompt held the wo
 then clears the route cache, so the request re-matches on the metadata (routes.py).
 
 With tenants (docs/fast-lane.md, "Keys" and "Limits") it also reads the client Envoy's
-key check named in wire.CLIENT_HEADER (removing the header), writes the request's
+key check named in wire.CLIENT_HEADER (the header stays for the routing stage's filter,
+which skips a fast-lane client's; no provider gets it), writes the request's
 tenant, key name and priority class (its own, or a lower one the client asks for in
 wire.PRIORITY_HEADER; another is refused, `invalid_priority`), refuses a model the tenant
 may not use (`model_not_allowed`), and, when a fast-lane tenant, key or route limits tokens, writes
@@ -320,8 +321,12 @@ local function reader(path, found, stream, allowed)
   return "{wire.USAGE_BY_LOG}"
 end
 
-local function refuse(handle, problem)
-  handle:streamInfo():dynamicMetadata():set(NAMESPACE, "{META_BODY_PROBLEM}", problem)
+-- `class`: the request's priority class for its record (nil: none written), as the
+-- routing stage writes it when it refuses (none before the class is known).
+local function refuse(handle, problem, class)
+  local meta = handle:streamInfo():dynamicMetadata()
+  meta:set(NAMESPACE, "{META_BODY_PROBLEM}", problem)
+  if class ~= nil then meta:set(NAMESPACE, "{wire.META_PRIORITY}", class) end
   handle:clearRouteCache()
 end
 
@@ -340,16 +345,16 @@ local function client(handle, headers)
   local meta = handle:streamInfo():dynamicMetadata()
   meta:set(NAMESPACE, "{wire.META_TENANT}", tenant)
   meta:set(NAMESPACE, "{wire.META_KEY_NAME}", key)
-  meta:set(NAMESPACE, "{wire.META_PRIORITY}", facts.priority)
   return lane, facts, key
 end
 
--- The class a client asked for (wire.PRIORITY_HEADER, trimmed, any case) if it is the
--- tenant's or below it, the tenant's when it asked none; nil for any other
--- (filters/admission/stream.py's _priority).
-local function priority(asked, facts)
-  if asked == nil then return facts.priority end
-  asked = string.lower(string.match(asked, "^%s*(.-)%s*$"))
+-- The class a client asked for in wire.PRIORITY_HEADER if it is the tenant's or below
+-- it, the tenant's when it asked none; nil for any other. Read as the routing stage reads
+-- it (filters/admission/stream.py's requested_class): the last comma-separated value (Envoy
+-- joins a repeated header's), trimmed of ASCII whitespace, in lower case.
+local function priority(header, facts)
+  if header == nil then return facts.priority end
+  local asked = string.lower(string.match(string.match(header, "[^,]*$"), "^%s*(.-)%s*$"))
   if asked == "" then return facts.priority end
   local rank = RANK[asked]
   if rank == nil or rank < RANK[facts.priority] then return nil end
@@ -362,31 +367,38 @@ function envoy_on_request(handle)
   local asked = headers:get("{wire.PRIORITY_HEADER}")
   if lane == "{LANE_EXACT}" then return end  -- the routing stage decides it
   if lane == "{UNKNOWN_CLIENT.problem}" then return refuse(handle, lane) end
-  -- A request without a body (a listing, a GET) is routed by its path, as the routing
-  -- stage leaves it.
+  -- A tenant's refusal before its class is known is recorded without one.
+  local none = tenant ~= nil and "{wire.NO_PRIORITY_CLASS}" or nil
   local body = handle:body()
   local size = body and body:length() or 0
-  if size == 0 then return end
+  if size == 0 then
+    -- A request without a body (a listing, a GET) is routed by its path, as the routing
+    -- stage leaves it.
+    if tenant ~= nil then
+      handle:streamInfo():dynamicMetadata():set(NAMESPACE, "{wire.META_PRIORITY}", tenant.priority)
+    end
+    return
+  end
   local text = body:getBytes(0, size)
   local spans = ESTIMATES and {{}} or nil
   local found, repeated = members(text, spans)
-  if found == nil then return refuse(handle, repeated) end
-  if repeated ~= nil then return refuse(handle, "{DUPLICATE_PREFIX}" .. repeated) end
+  if found == nil then return refuse(handle, repeated, none) end
+  if repeated ~= nil then return refuse(handle, "{DUPLICATE_PREFIX}" .. repeated, none) end
   local model = found.model
-  if model == nil or model == '""' then return refuse(handle, "model") end
-  if byte(model, 1) ~= 34 then return refuse(handle, "model_type") end
+  if model == nil or model == '""' then return refuse(handle, "model", none) end
+  if byte(model, 1) ~= 34 then return refuse(handle, "model_type", none) end
   local stream = found.stream
   if stream ~= nil and stream ~= "true" and stream ~= "false" and stream ~= "null" then
-    return refuse(handle, "stream")
+    return refuse(handle, "stream", none)
   end
   stream = stream == "true"
   local allowed, problem = allowance(found)
-  if allowed == nil then return refuse(handle, problem) end
+  if allowed == nil then return refuse(handle, problem, none) end
   -- `\/` is `/` (PHP writes it); any other escape stays, and no model name holds one
   -- (validation), so no route serves it.
   model = string.gsub(sub(model, 2, -2), "\\/", "/")
   if tenant ~= nil and tenant.models ~= nil and not tenant.models[model] then
-    return refuse(handle, "{MODEL_NOT_ALLOWED.problem}")
+    return refuse(handle, "{MODEL_NOT_ALLOWED.problem}", tenant.priority)
   end
   if tenant ~= nil and tenant.auto and HELD[model] then
     -- What only the routing stage enforces applies (a gate, a provider's limits): it
@@ -397,7 +409,7 @@ function envoy_on_request(handle)
   local meta = handle:streamInfo():dynamicMetadata()
   if tenant ~= nil then
     local class = priority(asked, tenant)
-    if class == nil then return refuse(handle, "{INVALID_PRIORITY.problem}") end
+    if class == nil then return refuse(handle, "{INVALID_PRIORITY.problem}", none) end
     meta:set(NAMESPACE, "{wire.META_PRIORITY}", class)
   end
   meta:set(NAMESPACE, "{wire.META_MODEL}", model)

@@ -25,14 +25,14 @@ latency route's provider answered: a CEL filter on that host's endpoint metadata
 (wire.META_ROUTING, endpoints.py). Both loggers are built from RECORD_FORMATS by one
 function, so a field's format string is written once (docs/latency-routing.md).
 
-On listeners of a config with an `auto` tenant, the lane log sends the records of those
-tenants' requests (metadata wire.META_AUTO_LANE, written by the model reader in the fast
-lane and by the routing stage in the exact lane) to the control plane's lane steering,
-and Envoy also logs every request still running every wire.IN_FLIGHT_FLUSH_MS (the HCM's
-periodic flush): the lane log sends those records of auto tenants' requests to the
-control plane and to the ext_proc servers, which so count a long request while it runs,
-not only at its end; every other log takes ends only (docs/fast-lane.md, "The auto
-lane").
+On listeners of a config with an `auto` tenant, Envoy also logs every request still
+running every wire.IN_FLIGHT_FLUSH_MS (the HCM's periodic flush): the lane log sends
+those records of auto tenants' requests (metadata wire.META_AUTO_LANE, written by the
+model reader in the fast lane and by the routing stage in the exact lane) to the ext_proc
+servers, which so charge and note a long request while it runs, not only at its end;
+every other log takes ends only. The ext_proc servers send the control plane's lane
+steering a usage note of each auto tenant's record (sluicegate.lanes; docs/fast-lane.md,
+"The auto lane").
 """
 
 from __future__ import annotations
@@ -125,15 +125,12 @@ def latency_access_log(*, in_flight: bool = False) -> accesslog_pb2.AccessLog:
 
 
 def lane_access_logs() -> list[accesslog_pb2.AccessLog]:
-    """The records of `auto` tenants' requests, with only the fields of wire.LANE_LAYOUT:
-    at their end and while they run to the control plane's LogsService (over the xDS
-    cluster: its lane steering); while they run to the ext_proc servers (their ends come
-    with the record log)."""
-    to_control_plane = _otel_access_log(wire.LANE_LOG_NAME, wire.XDS_CLUSTER)
-    to_control_plane.filter.CopyFrom(_auto_tenants())
+    """The records of `auto` tenants' requests while they run, in either lane, with only
+    the fields of wire.LANE_LAYOUT, to the ext_proc servers (their ends come with the
+    record log)."""
     to_ext_proc = _otel_access_log(wire.LANE_LOG_NAME, wire.EXT_PROC_SIDE_CLUSTER)
-    to_ext_proc.filter.CopyFrom(_all_of(_auto_tenants(), _charged_by_envoy(), _in_flight()))
-    return [to_control_plane, to_ext_proc]
+    to_ext_proc.filter.CopyFrom(_all_of(_auto_tenants(), _in_flight()))
+    return [to_ext_proc]
 
 
 def _cel(expression: str) -> accesslog_pb2.AccessLogFilter:
