@@ -77,7 +77,11 @@ def _cmd_ext_proc(args: argparse.Namespace) -> int:
     from sluicegate.stack.replica import run_ext_proc
 
     last_good = Path(args.last_good) if args.last_good else None
-    return _run_async(run_ext_proc(Path(args.config), args.address, None, args.http, last_good))
+    return _run_async(
+        run_ext_proc(
+            Path(args.config), args.address, None, args.http, last_good, args.control_plane
+        )
+    )
 
 
 def _cmd_control_plane(args: argparse.Namespace) -> int:
@@ -234,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replica.add_argument("config", help="the same YAML file the control plane reads")
     replica.add_argument("--address", default="127.0.0.1:18001", help="listen on HOST:PORT")
+    replica.add_argument(
+        "--control-plane",
+        help="send the auto lane's usage notes to the control plane at HOST:PORT (default: "
+        "the config's sluicegate.xds, a wildcard host as the loopback)",
+    )
     replica.add_argument(
         "--http",
         "--metrics",

@@ -8,7 +8,7 @@ Other rooms import from here only:
     hashed = hash_key(key); verify_key(key, hashed)  # client keys (tenants[].keys[].hash)
 """
 
-from .addresses import is_ip_address, split_host_port
+from .addresses import is_ip_address, reachable, split_host_port
 from .admin_address import ADMIN_SOCKET_MODE, UNIX_PREFIX, AdminAddress, parse_admin_address
 from .admission import (
     FAST_LANE_MIN_FILL_MS,
@@ -137,6 +137,7 @@ __all__ = [
     "parse_admin_address",
     "parse_duration_ms",
     "parse_key_hash",
+    "reachable",
     "resolve_api_keys",
     "resolve_client_keys",
     "split_host_port",

@@ -8,6 +8,15 @@ WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})
 _LOOPBACK_NAMES = {"localhost": "127.0.0.1"}
 
 
+def reachable(address: str) -> str:
+    """The `host:port` a client on this machine dials to reach a server listening on
+    `address`: a wildcard host (0.0.0.0, ::) is the loopback's."""
+    host, sep, port = address.rpartition(":")
+    if host.strip("[]") in WILDCARD_HOSTS:
+        host = "[::1]" if ":" in host else "127.0.0.1"
+    return f"{host}{sep}{port}"
+
+
 def split_host_port(value: str, *, allow_port_zero: bool = False) -> tuple[str, int]:
     """Split `host:port` or `[v6]:port` into (host, port); raise ValueError when malformed.
 

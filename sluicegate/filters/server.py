@@ -43,8 +43,11 @@ class ExtProcServer:
         *,
         counters: Counters | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        control_plane: str | None = None,
     ) -> None:
         self.service = ExtProcService(table, counters, AdmissionController())
+        # Where usage notes go, if not the config's own control plane (Gateway.control_plane).
+        self._control_plane = control_plane
         self._max_message_bytes = max_message_bytes
         self._server: grpc.aio.Server | None = None
         self._address: str | None = None
@@ -67,7 +70,7 @@ class ExtProcServer:
         policy, table = admission_policy(gateway), RoutingTable.from_model(gateway)
         self.update_admission(policy)
         self.update_table(table)
-        self.service.load_lanes(gateway)
+        self.service.load_lanes(gateway, self._control_plane)
         # Metric labels follow the new names (docs/metrics.md, "Cardinality"), and records
         # go to the new access log. One that cannot be opened (validation only warns about
         # a missing directory) is logged, and the last one stays: never a crash.

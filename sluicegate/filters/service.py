@@ -73,16 +73,17 @@ class ExtProcService:
         self.records = RecordSink(admission.metrics.registry, on_record=self._on_record)
 
     def _on_record(self, record: RequestRecord) -> None:
-        charge_finished(self.admission, record)
         if record.auto_lane:
             note = note_of(record)
             if note is not None:
                 self.lane_notes.add(note)
+        charge_finished(self.admission, record)
 
-    def load_lanes(self, gateway: Gateway) -> None:
-        """Send usage notes to the gateway's control plane while it has an auto tenant."""
+    def load_lanes(self, gateway: Gateway, control_plane: str | None = None) -> None:
+        """Send usage notes, while the gateway has an auto tenant, to `control_plane`, or
+        the gateway's own (its `sluicegate.xds`)."""
         steered = any(tenant.auto for tenant in gateway.tenants)
-        self.lane_notes.target(gateway.control_plane if steered else None)
+        self.lane_notes.target((control_plane or gateway.control_plane) if steered else None)
 
     @property
     def table(self) -> RoutingTable:

@@ -34,6 +34,9 @@ FLUSH_S: Final = 0.1
 MAX_PENDING: Final = 50_000
 # A call that takes longer is given up (its notes dropped): the next batch is due.
 CALL_TIMEOUT_S: Final = 2.0
+# At shutdown, what waits gets this long: a stopping server is not held up by a control
+# plane that is gone.
+CLOSE_TIMEOUT_S: Final = 0.5
 # How often a failing control plane is said in the log.
 LOG_EVERY_S: Final = 60.0
 _METHOD: Final = f"/{LOGS_SERVICE_NAME}/{LOGS_METHOD_NAME}"
@@ -66,14 +69,23 @@ class NoteForwarder:
             return
         old, self._channel = self._channel, None
         if old is not None:
-            self._closing.add(asyncio.ensure_future(old.close(None)))
+            closing = asyncio.ensure_future(old.close(None))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
         self._target = address
         if address is None:
             self._pending.clear()
 
+    @property
+    def pending(self) -> int:
+        """Notes waiting for the next batch."""
+        return len(self._pending)
+
     def add(self, note: UsageNote) -> None:
-        """Queue `note` (from the serving event loop)."""
+        """Queue `note` (from the serving event loop); without a target it is dropped (an
+        auto tenant's record while the loaded config has none: a reload under way)."""
         if self._target is None:
+            self.dropped += 1
             return
         if len(self._pending) >= MAX_PENDING:
             self.dropped += 1
@@ -84,13 +96,13 @@ class NoteForwarder:
         self._wake.set()
 
     async def close(self) -> None:
-        """Send what waits, once, then stop."""
+        """Send what waits, once (for at most CLOSE_TIMEOUT_S), then stop."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self._flush()
+        await self._flush(CLOSE_TIMEOUT_S)
         channel, self._channel = self._channel, None
         if channel is not None:
             await channel.close(None)
@@ -100,9 +112,12 @@ class NoteForwarder:
             await self._wake.wait()
             await asyncio.sleep(FLUSH_S)  # let a batch gather, as Envoy's flush does
             self._wake.clear()
-            await self._flush()
+            try:
+                await self._flush()
+            except Exception:  # never the forwarder's end: the next batch is due
+                log.exception("sending usage notes failed")
 
-    async def _flush(self) -> None:
+    async def _flush(self, timeout_s: float = CALL_TIMEOUT_S) -> None:
         notes, self._pending = self._pending, []
         if not notes or self._target is None:
             return
@@ -124,7 +139,10 @@ class NoteForwarder:
             _METHOD, request_serializer=_identity, response_deserializer=_identity
         )
         try:
-            await call(export.SerializeToString(), timeout=CALL_TIMEOUT_S)
+            await call(export.SerializeToString(), timeout=timeout_s)
+        except asyncio.CancelledError:
+            self.dropped += len(notes)  # closed while this batch was on its way
+            raise
         except Exception as err:  # any failure drops the batch, never the forwarder
             self.dropped += len(notes)
             now = time.monotonic()

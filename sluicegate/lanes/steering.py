@@ -220,6 +220,9 @@ class LaneSteering:
         self._tenants: dict[str, _TenantState] = {}
         # (tenant, stream id) -> a running request's charges (its records while it runs).
         self._running: OrderedDict[tuple[str, str], _Running] = OrderedDict()
+        # Requests whose end was counted, the latest MAX_RUNNING: a late running note of
+        # one counts nothing.
+        self._ended: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.records_counted = 0
 
     # ----- config --------------------------------------------------------------------------
@@ -312,9 +315,14 @@ class LaneSteering:
             return self._running_request(note, logs)
         if note.kind == "refused" and state.lane == config.LANE_FAST:
             state.refused = True  # the exact lane admits it by what it is billed
-        running = (
-            self._running.pop((note.tenant, note.stream_id), None) if note.stream_id else None
-        )
+        stream = (note.tenant, note.stream_id)
+        running = self._running.pop(stream, None) if note.stream_id else None
+        if note.stream_id:
+            # Its running notes come by another logger than its end (record_log.py): one
+            # that arrives after the end counts nothing.
+            self._ended[stream] = None
+            if len(self._ended) > MAX_RUNNING:
+                self._ended.popitem(last=False)
         if running is not None:
             # Counted while it ran: its estimate becomes what it was billed, in place.
             for log, entry in running.charges:
@@ -337,7 +345,7 @@ class LaneSteering:
         """A request's note sent while it runs (docs/fast-lane.md, "The auto lane"): its
         first counts its estimate now, so a long request is seen long before its end."""
         stream = (note.tenant, note.stream_id)
-        if not note.stream_id or stream in self._running:
+        if not note.stream_id or stream in self._running or stream in self._ended:
             return False  # counted already (Envoy sends one every IN_FLIGHT_FLUSH_MS)
         now = self._clock()
         charges = tuple(

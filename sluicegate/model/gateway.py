@@ -83,8 +83,9 @@ class Gateway:
     client_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
     # In the fast lane, the limiter filter holding each limited tenant's buckets.
     limit_slots: LimitSlots = field(default_factory=LimitSlots)
-    # The control plane's gRPC address (`sluicegate.xds`): where the ext_proc servers send
-    # their usage notes of `auto` tenants' requests (sluicegate.lanes).
+    # The control plane's gRPC address as dialled on this machine (`sluicegate.xds`): where
+    # the ext_proc servers send their usage notes of `auto` tenants' requests
+    # (sluicegate.lanes), unless told another (`sluicegate ext-proc --control-plane`).
     control_plane: str = "127.0.0.1:18000"
 
     @cached_property
@@ -218,5 +219,5 @@ def build_model(
         access_log=None if cfg.access_log is None else cfg.access_log.path,
         client_keys=dict(client_keys or {}),
         limit_slots=slots,
-        control_plane=cfg.sluicegate.xds,
+        control_plane=config.reachable(cfg.sluicegate.xds),
     )

@@ -99,15 +99,17 @@ async def run_ext_proc(
     stop_event: asyncio.Event | None = None,
     http_address: str | None = None,
     last_good: Path | None = None,
+    control_plane: str | None = None,
 ) -> int:
     """Serve ext_proc on `address` until stopped (SIGINT/SIGTERM); returns an exit code.
 
     `last_good`: where to keep a copy of the file's last good version. A server that
     starts (say restarted by `up` after a crash) while the file is invalid then serves
     that copy instead of exiting, so the data path does not wait for the file's fix;
-    it keeps watching the file and takes it once it is valid again."""
+    it keeps watching the file and takes it once it is valid again. `control_plane`: where
+    the auto lane's usage notes go, if not the config's `sluicegate.xds`."""
     path = path.resolve()
-    server = ExtProcServer()
+    server = ExtProcServer(control_plane=control_plane)
     if not load_into(server, path, last_good) and (
         last_good is None or not load_last_good(server, path, last_good)
     ):

@@ -5,17 +5,21 @@ NoteForwarder the ext_proc servers run (docs/fast-lane.md, "The auto lane")."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import grpc
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
 
+from sluicegate import wire
+from sluicegate.filters.server import ExtProcServer
 from sluicegate.lanes import LaneSteering, NoteForwarder, UsageNote
 from sluicegate.lanes.notes import note_body, note_from_fields
 from sluicegate.records import fields_of, logs_handler
 from tests.latency.helpers import Clock
+from tests.records.helpers import log_record, streamed
 
-from .helpers import gateway
+from .helpers import document, gateway
 
 NOTE = UsageNote("acme", "ci", "host/1/1.0", "ended", 300, 200)
 
@@ -74,6 +78,29 @@ async def test_notes_the_control_plane_cannot_take_are_dropped_and_counted() -> 
         assert (forwarder.sent, forwarder.dropped) == (0, 2)
         forwarder.target(None)  # no auto tenant any more: nothing is kept
         forwarder.add(NOTE)
-        assert forwarder.dropped == 2
+        assert (forwarder.pending, forwarder.dropped) == (0, 3)
     finally:
         await forwarder.close()
+
+
+async def test_the_ext_proc_server_notes_an_auto_tenants_records_for_its_control_plane() -> None:
+    """ExtProcServer.load: notes go to `--control-plane` when given, else to the config's
+    sluicegate.xds as dialled here (a wildcard host is the loopback's); an auto tenant's
+    record is noted, another's is not."""
+    doc = document()
+    doc["sluicegate"] = {"xds": "0.0.0.0:18000"}
+    model = gateway(doc)
+    assert model.control_plane == "127.0.0.1:18000"
+    server = ExtProcServer(control_plane="127.0.0.1:1")
+    server.load(model)
+    notes = server.service.lane_notes
+    auto = log_record(streamed(**{wire.RECORD_METADATA: json.dumps(_meta("acme", True))}))
+    other = log_record(streamed(**{wire.RECORD_METADATA: json.dumps(_meta("fixed", False))}))
+    server.records.on_records([auto, other])
+    assert notes.pending == 1
+    await notes.close()
+
+
+def _meta(tenant: str, auto: bool) -> dict[str, object]:
+    return {wire.META_TENANT: tenant, wire.META_KEY_NAME: "ci", wire.META_MODEL: "m",
+            wire.META_AUTO_LANE: auto}  # fmt: skip

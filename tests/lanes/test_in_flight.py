@@ -56,10 +56,18 @@ def test_a_long_request_moves_its_tenant_before_it_ends() -> None:
 
 
 def test_an_end_whose_running_record_was_never_seen_counts_as_ever() -> None:
-    """A short request (its end before Envoy's first record while it runs). The lane log
-    sends a request's records to the control plane in order, on one logger."""
+    """A short request (its end before Envoy's first record while it runs)."""
     lanes, _ = steering()
     assert lanes.observe(record(input_tokens=30, output_tokens=20, **RUNNING))
+    assert used(lanes) == [(None, "requests", 1), ("ci", "tokens", 50)]
+
+
+def test_a_running_record_after_its_end_counts_nothing() -> None:
+    """Its running records come by the lane log, its end by the record log, each flushed
+    on its own (record_log.py), through any ext_proc server: the end may come first."""
+    lanes, _ = steering()
+    assert lanes.observe(record(input_tokens=30, output_tokens=20, **RUNNING))
+    assert not lanes.observe(record(in_flight=True, **RUNNING))
     assert used(lanes) == [(None, "requests", 1), ("ci", "tokens", 50)]
 
 

@@ -423,7 +423,8 @@ function envoy_on_request(handle)
   end
   -- Last: the buckets charge a request only once all it is charged by is written.
   if tenant ~= nil then
-    -- An auto tenant's charged request: its record goes to the control plane too.
+    -- An auto tenant's charged request: its records are charged into the exact lane's
+    -- windows and noted for the lane steering (sluicegate.lanes).
     if tenant.auto then meta:set(NAMESPACE, "{wire.META_AUTO_LANE}", true) end
     meta:set(NAMESPACE, "{wire.META_CHARGED_TENANT}", tenant.name)
   end

@@ -148,12 +148,6 @@ def _auto_tenants() -> accesslog_pb2.AccessLogFilter:
     return _metadata(wire.META_AUTO_LANE, value_pb2.ValueMatcher(bool_match=True))
 
 
-def _charged_by_envoy() -> accesslog_pb2.AccessLogFilter:
-    """Requests the fast lane's buckets charged (wire.META_CHARGED_TENANT): the only
-    running ones the ext_proc servers charge (an exact-lane one holds a reservation)."""
-    return _metadata(wire.META_CHARGED_TENANT, value_pb2.ValueMatcher(present_match=True))
-
-
 def _metadata(key: str, value: value_pb2.ValueMatcher) -> accesslog_pb2.AccessLogFilter:
     """Requests whose `sluicegate` metadata `key` matches `value` (Envoy's own match,
     cheaper than CEL); a request without the key does not."""
