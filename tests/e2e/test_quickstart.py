@@ -1,7 +1,8 @@
 """The quickstart, end to end: `sluicegate up` with a real Envoy, the official OpenAI SDK.
 
-Each test starts its own stack on free ports and stops it; `running_stack`
-asserts that SIGTERM leaves no process behind.
+The tests that only send requests share one stack on free ports; those that edit or
+restart one start their own. `running_stack` asserts that SIGTERM leaves no process
+behind.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ def post_raw(stack: Stack, body: bytes, path: str = "/v1/chat/completions") -> t
         return err.code, json.loads(err.read()), dict(err.headers)
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Any:
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One quickstart for the tests that only send it requests (each stack costs seconds
+    to start and stop); the tests that edit or restart one start their own."""
+    tmp_path = tmp_path_factory.mktemp("quickstart")
     with running_stack(tmp_path, quickstart_on_free_ports(tmp_path)) as running:
         yield running
 
