@@ -83,7 +83,8 @@ class ExtProcService:
         """Send usage notes, while the gateway has an auto tenant, to `control_plane`, or
         the gateway's own (its `sluicegate.xds`)."""
         steered = any(tenant.auto for tenant in gateway.tenants)
-        self.lane_notes.target((control_plane or gateway.control_plane) if steered else None)
+        target = control_plane or gateway.control_plane or None
+        self.lane_notes.target(target if steered else None)
 
     @property
     def table(self) -> RoutingTable:

@@ -86,7 +86,8 @@ class Gateway:
     # The control plane's gRPC address as dialled on this machine (`sluicegate.xds`): where
     # the ext_proc servers send their usage notes of `auto` tenants' requests
     # (sluicegate.lanes), unless told another (`sluicegate ext-proc --control-plane`).
-    control_plane: str = "127.0.0.1:18000"
+    # Empty: none (a Gateway not built from a config).
+    control_plane: str = ""
 
     @cached_property
     def path_prefixes(self) -> tuple[str, ...]:

@@ -364,8 +364,8 @@ end
 function envoy_on_request(handle)
   local headers = handle:headers()
   local lane, tenant, key = client(handle, headers)
-  local asked = headers:get("{wire.PRIORITY_HEADER}")
   if lane == "{LANE_EXACT}" then return end  -- the routing stage decides it
+  local asked = headers:get("{wire.PRIORITY_HEADER}")  -- the wrapper is void after body()
   if lane == "{UNKNOWN_CLIENT.problem}" then return refuse(handle, lane) end
   -- A tenant's refusal before its class is known is recorded without one.
   local none = tenant ~= nil and "{wire.NO_PRIORITY_CLASS}" or nil
