@@ -41,8 +41,10 @@ promtool:
 # A test that fails is run again up to twice (pytest-rerunfailures): the e2e tests run
 # real processes on a shared 2-core machine. Reruns are listed by name at the end (-rR),
 # so a flaky test is seen, not hidden; one that fails three times fails the run.
+# Two workers (pytest-xdist), a test file whole on one, so a stack a file shares starts
+# once: most of an e2e test is waiting on its processes, which leaves a core idle.
 test: lint redis-server promtool
-	$(BIN)/pytest -q --reruns 2 --reruns-delay 2 -rfER
+	$(BIN)/pytest -q -n 2 --dist loadfile --reruns 2 --reruns-delay 2 -rfER
 
 # Unit and golden tests only (no Envoy processes): seconds, not minutes.
 test-fast: $(STAMP) redis-server promtool

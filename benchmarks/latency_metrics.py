@@ -98,7 +98,9 @@ QUICK_STREAM: Final = {"x-mock-ttft-ms": "0", "x-mock-itl-ms": "1", "x-mock-outp
 STREAM_CLIENTS: Final = 8
 
 
-def _document(listener: int, provider: int) -> dict[str, Any]:
+def _document(listener: int, provider: int, lane: str = "exact") -> dict[str, Any]:
+    """The gateway's YAML; `lane: fast` routes without the routing stage (no tenants:
+    Envoy reads the model itself, docs/fast-lane.md)."""
     return {
         "version": 1,
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listener}],
@@ -110,14 +112,15 @@ def _document(listener: int, provider: int) -> dict[str, Any]:
             }
         ],
         "routes": [{"name": "bench", "models": [MODEL], "backends": [{"provider": "mock"}]}],
+        **({"admission": {"lane": lane}} if lane != "exact" else {}),
     }
 
 
-def gateway_model(work: Path, listener: int, provider: int) -> Gateway:
+def gateway_model(work: Path, listener: int, provider: int, lane: str = "exact") -> Gateway:
     """A routing-only gateway on `listener` in front of a mock on `provider` (its file is
     work/sluicegate-LISTENER.yaml)."""
     path = work / f"sluicegate-{listener}.yaml"
-    path.write_text(yaml.safe_dump(_document(listener, provider)))
+    path.write_text(yaml.safe_dump(_document(listener, provider, lane)))
     return build_model(load_config(path), {})
 
 
@@ -393,13 +396,13 @@ def _resources(gateway: Gateway, filters: tuple[str, ...] | None, drop_log: bool
     return without(translate(gateway), filters, drop_access_log=drop_log)
 
 
-def _cost(rounds: int, sequential: int, per_client: int, split: bool) -> str:
+def _cost(rounds: int, sequential: int, per_client: int, split: bool, lane: str) -> str:
     work = Path(tempfile.mkdtemp(prefix="latency-metrics-cost-"))
     arms = {**COST_ARMS, **(SPLIT_ARMS if split else {})}
     provider, *ports = free_ports(1 + len(arms))
     port_of = dict(zip(arms, ports, strict=True))
     # Written before the ext_proc server starts: it reads the first one's file.
-    gateways = {name: gateway_model(work, port, provider) for name, port in port_of.items()}
+    gateways = {name: gateway_model(work, port, provider, lane) for name, port in port_of.items()}
     mock = MockProvider("mock", provider, work)
     envoys: list[EnvoyProcess] = []
     with ExtProcChild(serve_ext_proc, str(work / f"sluicegate-{ports[0]}.yaml")) as ext_proc:
@@ -435,8 +438,10 @@ def _cost(rounds: int, sequential: int, per_client: int, split: bool) -> str:
     def plus_ms(values: list[float]) -> str:
         return f"{median(values) * 1e3:+.3f}"
 
+    routed_by = "the routing stage" if lane == "exact" else "Envoy alone, no routing stage"
     lines = [
-        f"{rounds} rounds; per round and gateway {sequential} non-streamed requests and "
+        f"`lane: {lane}` (routed by {routed_by}); {rounds} rounds; per round and gateway "
+        f"{sequential} non-streamed requests and "
         f"{sequential // 2} short streams (16 tokens, 1 ms apart; the client not asking for "
         "usage) at concurrency 1, the gateways in turn request by request (the order "
         f"rotating), then {STREAM_CLIENTS} x {per_client} streams ({COST_STREAM_TOKENS} "
@@ -565,9 +570,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6, help="--cost: rounds")
     parser.add_argument("--sequential", type=int, default=400, help="--cost: requests a round")
     parser.add_argument("--streams", type=int, default=4, help="--cost: streams per client")
+    parser.add_argument("--lane", choices=("exact", "fast"), default="exact",
+                        help="--cost: the routing stage (exact) or Envoy alone (fast)")
     args = parser.parse_args(argv)
     if args.cost:
-        print(_cost(args.rounds, args.sequential, args.streams, args.split))
+        print(_cost(args.rounds, args.sequential, args.streams, args.split, args.lane))
         return 0
     print(_decode_cost())
     if not args.decode_only:

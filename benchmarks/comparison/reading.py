@@ -19,6 +19,10 @@ ADMISSION = "sluicegate-admission"
 ROUTING = "sluicegate-routing"
 FAST_ROUTING = "sluicegate-fast-routing"
 FAST_ADMISSION = "sluicegate-fast-admission"
+AUTO_ADMISSION = "sluicegate-auto-admission"
+# The peers issue 11's aims are read for: the exact lane (keys, token limits and the
+# priority gate, in Python) and the fast and auto lanes (keys and token limits in Envoy).
+ADMISSION_PEERS = (ADMISSION, FAST_ADMISSION, AUTO_ADMISSION)
 # Issue 12's aims for routing without Python, against plain Envoy.
 FAST_ADDED_P50_AIM_S = 0.0001
 FAST_THROUGHPUT_AIM = 0.8
@@ -38,10 +42,10 @@ def _added_p50(peers: dict[str, PeerRound], name: str) -> float | None:
     return own.e2e_p50 - direct.e2e_p50
 
 
-def _added_ratio(other: str, peers: dict[str, PeerRound]) -> float | None:
-    """sluicegate-admission's added p50 over `other`'s, in one round."""
-    ours, theirs = _added_p50(peers, ADMISSION), _added_p50(peers, other)
-    return ours / theirs if ours is not None and theirs else None
+def _added_ratio(ours: str, other: str, peers: dict[str, PeerRound]) -> float | None:
+    """`ours`'s added p50 over `other`'s, in one round."""
+    mine, theirs = _added_p50(peers, ours), _added_p50(peers, other)
+    return mine / theirs if mine is not None and theirs else None
 
 
 def _added_over_envoy(name: str, peers: dict[str, PeerRound]) -> float | None:
@@ -71,30 +75,40 @@ def _aim(title: str, values: Sequence[float], aim: str, met: Callable[[float], b
 
 
 def _aims(rounds: Rounds, litellms: Sequence[str], plan: Plan) -> list[str]:
-    """The issue's aims for sluicegate with full admission, each with its verdict."""
+    """The issue's aims for sluicegate with admission, each with its verdict: for each of
+    the admission peers measured (the exact lane with its priority gate; the fast and
+    auto lanes, which have no gate: ADMISSION_PEERS)."""
+    lines = []
+    for name in ADMISSION_PEERS:
+        if rounds.of(name):
+            lines += _aims_of(rounds, name, litellms, plan)
+    return lines
+
+
+def _aims_of(rounds: Rounds, name: str, litellms: Sequence[str], plan: Plan) -> list[str]:
     cpu = _cpu_at(plan)
     lines = []
     for litellm in litellms:
         lines += _aim(
-            f"Requests per CPU-second, {ADMISSION} against {litellm} (c={plan.cpu_concurrency})",
-            rounds.ratios(litellm, ADMISSION, cpu),  # litellm's µs over sluicegate's
+            f"Requests per CPU-second, {name} against {litellm} (c={plan.cpu_concurrency})",
+            rounds.ratios(litellm, name, cpu),  # litellm's µs over sluicegate's
             "≥ 25x", lambda v: v >= 25, digits=1,
         )  # fmt: skip
         lines += _aim(
-            f"Added p50 at concurrency 1, {ADMISSION} over {litellm}'s",
-            rounds.within([ADMISSION, litellm, DIRECT], partial(_added_ratio, litellm)),
+            f"Added p50 at concurrency 1, {name} over {litellm}'s",
+            rounds.within([name, litellm, DIRECT], partial(_added_ratio, name, litellm)),
             "≤ 0.1x", lambda v: v <= 0.1,
         )  # fmt: skip
     lines += _aim(
-        f"Most requests/s with no failure, {ADMISSION} over {PORTKEY}",
-        rounds.ratios(ADMISSION, PORTKEY, lambda r: frontier(r, None)),
+        f"Most requests/s with no failure, {name} over {PORTKEY}",
+        rounds.ratios(name, PORTKEY, lambda r: frontier(r, None)),
         "> 1x (while doing admission Portkey does not)", lambda v: v > 1,
     )  # fmt: skip
     for label, figure in (("p50", _itl(lambda s: s.itl_p50)),
                           ("mean", _itl(lambda s: s.itl_mean))):  # fmt: skip
         lines += _aim(
-            f"Streamed inter-chunk latency {label}, {ADMISSION} over plain Envoy's",
-            rounds.ratios(ADMISSION, ENVOY, figure), "within 2 %",
+            f"Streamed inter-chunk latency {label}, {name} over plain Envoy's",
+            rounds.ratios(name, ENVOY, figure), "within 2 %",
             lambda v: abs(v - 1) <= 0.02, digits=3,
         )  # fmt: skip
     return lines

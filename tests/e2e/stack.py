@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -147,6 +149,17 @@ def start_up(
              "--work-dir", str(work_dir), "--envoy-concurrency", "1", *extra_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
+
+
+@contextmanager
+def holding_quickstart_addresses() -> Iterator[None]:
+    """Hold the quickstart's documented addresses (examples/quickstart.yaml) for a test
+    that binds them: the tests run in two pytest-xdist workers (the Makefile's `-n 2`),
+    and two such tests at once would take each other's ports."""
+    path = Path(tempfile.gettempdir()) / "sluicegate-tests-quickstart-addresses.lock"
+    with path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 @contextmanager

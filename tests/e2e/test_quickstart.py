@@ -24,7 +24,7 @@ import pytest
 from openai import OpenAI
 
 from sluicegate.testing import EXAMPLES, alive, children_of, quickstart_on_free_ports
-from tests.e2e.stack import Stack, running_stack
+from tests.e2e.stack import Stack, holding_quickstart_addresses, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -254,6 +254,11 @@ def _ports_free(ports: list[int]) -> bool:
 
 def test_the_quickstart_file_itself_on_its_documented_addresses(tmp_path: Path) -> None:
     """`sluicegate up examples/quickstart.yaml` unchanged; Ctrl-C (SIGINT) stops everything."""
+    with holding_quickstart_addresses():
+        _the_quickstart_file_itself(tmp_path)
+
+
+def _the_quickstart_file_itself(tmp_path: Path) -> None:
     ports = [10000, 9901, 18000, 18001, 9100, 18081, 18082]
     if not _ports_free(ports):
         pytest.skip("a quickstart port is taken on this machine")

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from sluicegate.testing import EXAMPLES
-from tests.e2e.stack import Stack, running_stack
+from tests.e2e.stack import Stack, holding_quickstart_addresses, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
@@ -79,6 +79,11 @@ def _port_taken(port: int) -> bool:
 @pytest.fixture
 def quickstart(tmp_path: Path) -> Iterator[Stack]:
     """`sluicegate up` on examples/quickstart.yaml unchanged (its key files beside it)."""
+    with holding_quickstart_addresses():
+        yield from _quickstart(tmp_path)
+
+
+def _quickstart(tmp_path: Path) -> Iterator[Stack]:
     deadline = time.monotonic() + 30  # another e2e test may hold them for a moment
     while any(_port_taken(port) for port in PORTS):
         if time.monotonic() > deadline:
