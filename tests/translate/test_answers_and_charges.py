@@ -10,6 +10,7 @@ import re
 
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.common.matching.v3 import extension_matcher_pb2
+from envoy.extensions.filters.http.composite.v3 import composite_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
 from envoy.extensions.filters.http.json_to_metadata.v3 import json_to_metadata_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -53,13 +54,18 @@ def test_the_error_body_stage_runs_last_before_the_router_and_only_on_non_json_e
     assert [f.name for f in filters][-2:] == ["sluicegate.error_body", "envoy.filters.http.router"]
     wrapper = extension_matcher_pb2.ExtensionWithMatcher()
     assert filters[-2].typed_config.Unpack(wrapper)
+    # A composite filter: the ext_proc filter is made only for a response that matches.
+    assert wrapper.extension_config.name == "envoy.filters.http.composite"
+    (wrapped,) = wrapper.xds_matcher.matcher_list.matchers
+    action = composite_pb2.ExecuteFilterAction()
+    assert wrapped.on_match.action.typed_config.Unpack(action)
     processor = ext_proc_pb2.ExternalProcessor()
-    assert wrapper.extension_config.typed_config.Unpack(processor)
+    assert action.typed_config.typed_config.Unpack(processor)
     assert processor.failure_mode_allow
     assert processor.grpc_service.initial_metadata[0].value == wire.STAGE_ERROR_BODY
-    (skip,) = wrapper.xds_matcher.matcher_list.matchers
     regexes = [
-        p.single_predicate.value_match.safe_regex.regex for p in skip.predicate.or_matcher.predicate
+        p.not_matcher.single_predicate.value_match.safe_regex.regex
+        for p in wrapped.predicate.and_matcher.predicate
     ]
     # The regexes are RE2; these simple ones read the same in Python.
     status, content_type = (re.compile(r) for r in regexes)
@@ -70,8 +76,7 @@ def test_the_error_body_stage_runs_last_before_the_router_and_only_on_non_json_e
         assert content_type.fullmatch(json_type)
     for other in ("text/plain", "text/html; charset=utf-8", "application/jsonl", ""):
         assert not content_type.fullmatch(other)
-    assert skip.on_match.action.name == "envoy.filters.common.matcher.action.skip_filter"
-    assert not wrapper.xds_matcher.HasField("on_no_match")  # otherwise: wrap
+    assert not wrapper.xds_matcher.HasField("on_no_match")  # otherwise: nothing runs
 
 
 def test_json_answers_with_parameters_have_their_usage_read() -> None:

@@ -3,15 +3,20 @@
 Clients parse `{"error": {...}}` on every non-2xx answer, but a provider may answer an
 error in plain text (a proxy's 400, an HTML 502 page). local_reply_config cannot touch
 upstream answers, so an ext_proc filter (stage wire.STAGE_ERROR_BODY) wraps the body,
-keeping the status and the provider's text. It is wrapped in a matcher on the response
-headers that skips it unless the status is 4xx/5xx and the content type is not JSON
-(wire.JSON_MEDIA_TYPE_REGEX): Envoy evaluates that per response in C++, so a 2xx answer,
-a stream and any JSON error (the gateway's own local replies included) never reach Python;
-an error answer that does costs one buffered round trip (errors are small).
+keeping the status and the provider's text. Envoy's composite filter creates that filter
+only for an answer whose response headers match (a 4xx/5xx status and a content type that
+is not JSON, wire.JSON_MEDIA_TYPE_REGEX), evaluated per response in C++: a 2xx answer, a
+stream and any JSON error (the gateway's own local replies included) never reach Python,
+nor is an ext_proc filter made for them (the composite filter itself is far cheaper than
+an ext_proc filter skipped per request, which every request paid before:
+benchmarks/RESULTS.md, "The error-body filter only for errors"); an error answer that
+is wrapped costs one buffered round trip (errors are small).
 """
 
 from __future__ import annotations
 
+from envoy.config.core.v3 import extension_pb2
+from envoy.extensions.filters.http.composite.v3 import composite_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -23,9 +28,11 @@ from sluicegate import wire
 from sluicegate.model import Limits
 
 from ._ext_proc import error_body_config
-from ._proto import filter_with_matcher, pack, skip_filter
+from ._proto import COMPOSITE_FILTER, execute_filter, filter_with_matcher, pack
 
 ERROR_BODY_FILTER = "sluicegate.error_body"
+# The composite filter's action that runs the wrapping filter.
+ERROR_BODY_ACTION = "sluicegate.error_body.wrap"
 RESPONSE_HEADER_INPUT = "envoy.matching.inputs.response_headers"
 # Statuses that are not errors: the filter is skipped for them.
 NOT_AN_ERROR_STATUS = r"[123][0-9][0-9]"
@@ -50,23 +57,34 @@ def _header_matches(header: str, regex: str) -> matcher_pb2.Matcher.MatcherList.
 
 
 def error_body_filter(limits: Limits) -> hcm_pb2.HttpFilter:
-    """The wrapping filter, skipped for a success status or a JSON body (module doc).
-    A missing content-type does not match, so an error without one is wrapped."""
-    skip_unless_wrapped = matcher_pb2.Matcher.MatcherList.FieldMatcher(
+    """The composite filter that runs the wrapping filter for an error that is not JSON
+    (module doc). A missing content-type does not match JSON, so an error without one is
+    wrapped."""
+    wrapped = matcher_pb2.Matcher.MatcherList.FieldMatcher(
         predicate=matcher_pb2.Matcher.MatcherList.Predicate(
-            or_matcher=matcher_pb2.Matcher.MatcherList.Predicate.PredicateList(
+            and_matcher=matcher_pb2.Matcher.MatcherList.Predicate.PredicateList(
                 predicate=[
-                    _header_matches(":status", NOT_AN_ERROR_STATUS),
-                    _header_matches("content-type", wire.JSON_MEDIA_TYPE_REGEX),
+                    _not(_header_matches(":status", NOT_AN_ERROR_STATUS)),
+                    _not(_header_matches("content-type", wire.JSON_MEDIA_TYPE_REGEX)),
                 ]
             )
         ),
-        on_match=skip_filter(),
+        on_match=execute_filter(
+            ERROR_BODY_ACTION,
+            extension_pb2.TypedExtensionConfig(
+                name=ERROR_BODY_FILTER, typed_config=pack(error_body_config(limits))
+            ),
+        ),
     )
     return filter_with_matcher(
         ERROR_BODY_FILTER,
-        pack(error_body_config(limits)),
-        matcher_pb2.Matcher(
-            matcher_list=matcher_pb2.Matcher.MatcherList(matchers=[skip_unless_wrapped])
-        ),
+        pack(composite_pb2.Composite()),
+        matcher_pb2.Matcher(matcher_list=matcher_pb2.Matcher.MatcherList(matchers=[wrapped])),
+        COMPOSITE_FILTER,
     )
+
+
+def _not(
+    predicate: matcher_pb2.Matcher.MatcherList.Predicate,
+) -> matcher_pb2.Matcher.MatcherList.Predicate:
+    return matcher_pb2.Matcher.MatcherList.Predicate(not_matcher=predicate)
