@@ -61,9 +61,10 @@ FAST_ADMISSION: Final = (
 )
 AUTO_ADMISSION: Final = (
     "as fast-admission, with the tenant `lane: auto`: far from its limits, so it stays in "
-    "the fast lane; Envoy also sends each of its requests' records (the lane log, batched "
-    "every 100 ms) to the control plane, which counts them against the tenant's limits, and "
-    "the ext_proc server charges each into the tenant's exact-lane windows"
+    "the fast lane; the ext_proc server charges each of its requests' records into the "
+    "tenant's exact-lane windows and sends the control plane a usage note of each (batched "
+    "every 100 ms), which it counts against the tenant's limits; Envoy also records each "
+    "request while it runs (every 500 ms) and sends those records to the ext_proc server"
 )
 
 
