@@ -1,6 +1,9 @@
-"""free_ports: two pytest-xdist workers never pick the same port."""
+"""free_ports: two pytest-xdist workers never pick the same port, and no connection takes
+one before its test binds it."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -16,3 +19,10 @@ def test_each_worker_takes_only_its_share_of_the_ports(
     ports = free_ports(40)
     assert len(set(ports)) == 40
     assert all(port % 2 == worker for port in ports)
+
+
+def test_ports_are_below_the_kernels_ephemeral_range() -> None:
+    """No outgoing connection (nor a bind to port 0) can take a port picked there before
+    the test binds it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert all(1024 <= port < low for port in free_ports(40))

@@ -24,7 +24,13 @@ from sluicegate.records import RecordSink, RequestRecord, logs_handler
 
 from . import counters as outcome
 from . import errors
-from .admission import AdmissionController, AdmissionStream, UsageStream, charge_finished
+from .admission import (
+    AdmissionController,
+    AdmissionStream,
+    UsageStream,
+    charge_finished,
+    charge_pending,
+)
 from .attempt import AttemptCaches, AttemptStream
 from .counters import Counters
 from .error_body import ErrorBodyStream
@@ -70,7 +76,9 @@ class ExtProcService:
         # steering too (docs/fast-lane.md, "The auto lane"); load_lanes sends them.
         self.lane_notes = NoteForwarder()
         admission.metrics.registry.register(_NoteCounts(self.lane_notes))
-        self.records = RecordSink(admission.metrics.registry, on_record=self._on_record)
+        self.records = RecordSink(
+            admission.metrics.registry, on_record=self._on_record, on_batch=self._on_batch
+        )
 
     def _on_record(self, record: RequestRecord) -> None:
         if record.auto_lane:
@@ -78,6 +86,9 @@ class ExtProcService:
             if note is not None:
                 self.lane_notes.add(note)
         charge_finished(self.admission, record)
+
+    def _on_batch(self) -> None:
+        charge_pending(self.admission)
 
     def load_lanes(self, gateway: Gateway, control_plane: str | None = None) -> None:
         """Send usage notes, while the gateway has an auto tenant, to `control_plane`, or

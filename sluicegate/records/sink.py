@@ -34,16 +34,25 @@ def log_records(export: Any) -> Iterator[Any]:
 
 # Called with each record: the ext_proc server charges its reservation (filters/admission).
 RecordHandler = Callable[[RequestRecord], object]
+# Called after each batch's records: the ext_proc server charges what it summed in them.
+BatchHandler = Callable[[], object]
 
 
 class RecordSink:
-    """Decodes records and feeds the metrics, `on_record` and, when set, the access log."""
+    """Decodes records and feeds the metrics, `on_record` and, when set, the access log;
+    `on_batch` after each batch."""
 
-    __slots__ = ("_access_log", "_declared", "_on_record", "metrics")
+    __slots__ = ("_access_log", "_declared", "_on_batch", "_on_record", "metrics")
 
-    def __init__(self, registry: CollectorRegistry, on_record: RecordHandler | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        on_record: RecordHandler | None = None,
+        on_batch: BatchHandler | None = None,
+    ) -> None:
         self.metrics = RecordMetrics(registry)
         self._on_record = on_record
+        self._on_batch = on_batch
         self._declared = Declared()
         self._access_log: RecordWriter | None = None
 
@@ -73,7 +82,8 @@ class RecordSink:
         return self.on_records(list(log_records(export)))
 
     def on_records(self, batch: Sequence[Any]) -> int:
-        """Some OpenTelemetry LogRecords of a batch: decode, count and log each."""
+        """Some OpenTelemetry LogRecords of a batch: decode, count and log each; then
+        `on_batch`."""
         declared = self._declared
         metrics = self.metrics
         on_record = self._on_record
@@ -89,6 +99,11 @@ class RecordSink:
                     log.exception("handling a request record failed")
             if not record.in_flight:
                 records.append(record)
+        if self._on_batch is not None:
+            try:
+                self._on_batch()
+            except Exception:
+                log.exception("handling a batch of request records failed")
         if self._access_log is not None and records:
             try:
                 self._access_log.write(records)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
+from pathlib import Path
 
-# Every port handed out in this process. The kernel may offer a port again as
-# soon as its probe socket closes, so two calls a moment apart could return the same
+# Every port handed out in this process: two calls a moment apart never return the same
 # port for two children of one document (which `sluicegate up` refuses as a socket
-# collision, and which failed CI once). Never handing a port out twice rules that out.
+# collision, and which failed CI once).
 _handed_out: set[int] = set()
+_PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# How far below the kernel's ephemeral range ports are picked from.
+_SPAN = 12_000
+_LOWEST = 1024
 
 
 def _worker_share() -> tuple[int, int]:
@@ -23,22 +28,53 @@ def _worker_share() -> tuple[int, int]:
     return int(worker[2:]) % workers, workers
 
 
+def _candidates() -> range:
+    """Ports just below the kernel's ephemeral range (Linux: 32768 and up). The kernel
+    gives no outgoing connection and no bind to port 0 a port from there, so a port
+    picked there stays free until the test's process binds it; one of the ephemeral
+    range could be taken meanwhile by any connection, even a client's to that very port
+    while nothing listens on it (TCP's self-connect)."""
+    try:
+        low = int(_PORT_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(max(_LOWEST, low - _SPAN), low)
+
+
+def _bound(port: int) -> socket.socket | None:
+    probe = socket.socket()
+    try:
+        probe.bind(("127.0.0.1", port))
+    except OSError:
+        probe.close()
+        return None
+    return probe
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports that were free a moment ago and were never returned
-    before in this process (nor are returned to another test worker: _worker_share). All
-    probe sockets stay open until every port is picked."""
+    """`count` distinct ports that were free a moment ago and were never returned before
+    in this process (nor are returned to another test worker: _worker_share), picked at
+    random below the ephemeral range (_candidates). All probe sockets stay open until
+    every port is picked."""
     index, share = _worker_share()
+    candidates = _candidates()
     sockets: list[socket.socket] = []
     chosen: list[int] = []
     try:
-        while len(chosen) < count:
-            probe = socket.socket()
-            probe.bind(("127.0.0.1", 0))
-            sockets.append(probe)
-            port = int(probe.getsockname()[1])
-            if port % share == index and port not in _handed_out:
+        for _ in range(len(candidates)):
+            if len(chosen) == count:
+                break
+            port = random.choice(candidates)
+            port -= (port - index) % share  # this worker's share
+            if port < candidates.start or port in _handed_out:
+                continue
+            probe = _bound(port)
+            if probe is not None:
+                sockets.append(probe)
                 _handed_out.add(port)
                 chosen.append(port)
+        if len(chosen) < count:
+            raise RuntimeError(f"fewer than {count} free ports below the ephemeral range")
         return chosen
     finally:
         for probe in sockets:

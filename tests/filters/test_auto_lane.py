@@ -27,6 +27,7 @@ from sluicegate.filters.admission import (
     admission_policy,
     charge_fast_lane,
     charge_finished,
+    charge_pending,
 )
 from sluicegate.filters.admission.recent import RecentIds
 from sluicegate.filters.limiter import Decision, Limit, LimiterStore, MemoryStore, Usage
@@ -96,6 +97,7 @@ def fast_lane_fields(
     auto: bool = True,
     reservation: str | None = None,
     fast_lane: bool = True,
+    duration_ms: int | None = None,
 ) -> dict[str, str]:
     """A fast-lane request's record as Envoy sends it: the model reader's metadata (the
     estimate as decimal text, auto_lane a JSON boolean, the charged tenant; no
@@ -117,6 +119,8 @@ def fast_lane_fields(
     fields = {wire.RECORD_STATUS: str(status), wire.RECORD_METADATA: json.dumps(meta)}
     if usage is not None:
         fields[wire.RECORD_USAGE] = json.dumps(usage)
+    if duration_ms is not None:
+        fields[wire.RECORD_LAST_DOWNSTREAM_BYTE_US] = str(duration_ms * 1000)
     return fields
 
 
@@ -306,6 +310,49 @@ async def test_the_server_charges_fast_lane_records_it_takes_over_grpc() -> None
             assert (status, error["code"]) == (429, "rate_limit_exceeded")
             assert auto_lane_value(answer) is True
             await stream.close()
+
+
+async def test_a_batchs_short_requests_are_charged_once_per_client(
+    any_store: AdmissionController,
+) -> None:
+    """Requests that ended before Envoy logged them running have no record to settle
+    with: a batch's are summed per client and charged once, at the batch's end
+    (charge_pending); the windows hold the sum, requests counted one by one."""
+    held = any_store
+    short = {"usage": USAGE, "duration_ms": 40}
+    for _ in range(3):
+        assert charge_fast_lane(held, fast_lane_record(**short))
+    assert not charge_fast_lane(held, fast_lane_record(**short, tenant="other", key="other-key"))
+    assert not charge_fast_lane(held, fast_lane_record(status=429, duration_ms=2))
+    assert len(held.fast_lane_pending) == 1  # one client; the other tenant is not auto
+    await held.settled()
+    assert await used(held, held.policy.client_limits(IDENTITY)) == [0, 0]  # not yet
+    charge_pending(held)
+    assert not held.fast_lane_pending
+    await held.settled()
+    limits = held.policy.client_limits(IDENTITY)
+    decision = await held.store().reserve("probe", limits, Usage(0, 0, requests=0))
+    assert [state.used for state in decision.states] == [3, 120, 120]
+    if isinstance(held.store(), MemoryStore):
+        assert held.store().tracked_reservations == 3  # two probes and one charge
+    registry = held.metrics.registry
+    assert sample(registry, "sluicegate_fast_lane_charges_total", {"tenant": "team"}) == 3
+
+
+async def test_the_server_charges_a_batch_of_short_requests_once() -> None:
+    """One Export of three short fast-lane requests of one client, as Envoy batches its
+    records: the ext_proc server's store keeps one charge holding all three."""
+    async with ExtProcServer() as server:
+        server.load(auto_gateway(CONFIG, "team"))
+        admission = server.admission
+        store = admission.store()
+        assert isinstance(store, MemoryStore)
+        fields = fast_lane_fields(usage=USAGE, duration_ms=40)
+        export = export_of(*[log_record(fields) for _ in range(3)])
+        assert server.records.on_export(export) == 3
+        await admission.settled()
+        assert store.tracked_reservations == 1
+        assert await used(admission, admission.policy.client_limits(IDENTITY)) == [120, 120]
 
 
 # ----- the routing stage marks an auto tenant's requests -----------------------------------

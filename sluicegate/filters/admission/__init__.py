@@ -3,7 +3,7 @@ the request goes out), how urgently (priority gates), and what it really cost (u
 read by Envoy and charged from each request's record; the usage observer for large JSON
 answers). Used by the routing and usage stages and the ext_proc server's record sink."""
 
-from .charge import charge_fast_lane, charge_finished, charge_record
+from .charge import charge_fast_lane, charge_finished, charge_pending, charge_record
 from .controller import AdmissionController, make_store
 from .keyring import ClientIdentity, KeyRing, presented_key
 from .metrics import AdmissionMetrics
@@ -25,6 +25,7 @@ __all__ = [
     "admission_policy",
     "charge_fast_lane",
     "charge_finished",
+    "charge_pending",
     "charge_record",
     "make_store",
     "presented_key",

@@ -112,8 +112,11 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
     it was billed (nothing, for a failed one), or, when none was made, charges that.
     Whichever of the two records comes first, the store takes an id's charge once (a
     second is DuplicateReservation); this process skips ids it charged or settled
-    already (controller.fast_lane_ids) before asking the store. A failed request that
-    ended before Envoy could log it running touches nothing."""
+    already (controller.fast_lane_ids) before asking the store. A request that ended
+    before Envoy could log it running has no other record to settle with: a failed one
+    touches nothing, any other waits in controller.fast_lane_pending, summed with its
+    client's others of the same batch, for one charge at the batch's end
+    (charge_pending)."""
     if not (record.auto_lane and record.fast_lane):
         return False
     policy = controller.policy
@@ -125,6 +128,16 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
         return False
     if record.in_flight and not record.stream_id:
         return False  # nothing to settle it by at its end
+    if not record.in_flight and _ended_unlogged(record):
+        # No record of it running exists, so nothing to settle: summed with the batch's
+        # others of this client, charged once at the batch's end (charge_pending).
+        bill = billed_record(record)
+        if bill.failed:
+            return False  # a refusal: a store record of it would live a window for nothing
+        used = Usage(bill.input_tokens, bill.output_tokens)
+        controller.fast_lane_pending.add(tenant.name, record.key_name, limits, used)
+        _count_charge(controller, tenant.name, record.model, used)
+        return True
     charge_id = f"{tenant.name}/{record.stream_id or uuid.uuid4().hex}"
     seen = controller.fast_lane_ids
     if record.in_flight:
@@ -141,11 +154,25 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
     controller.spawn(_settle(controller, charge_id, limits, actual))
     if bill.failed:
         return False
-    metrics = controller.metrics
-    metrics.tokens_charged.labels(tenant.name, record.model, "input").inc(bill.input_tokens)
-    metrics.tokens_charged.labels(tenant.name, record.model, "output").inc(bill.output_tokens)
-    metrics.fast_lane_charges.labels(tenant.name).inc()
+    _count_charge(controller, tenant.name, record.model, actual)
     return True
+
+
+def _count_charge(controller: AdmissionController, tenant: str, model: str, used: Usage) -> None:
+    metrics = controller.metrics
+    metrics.tokens_charged.labels(tenant, model, "input").inc(used.input_tokens)
+    metrics.tokens_charged.labels(tenant, model, "output").inc(used.output_tokens)
+    metrics.fast_lane_charges.labels(tenant).inc()
+
+
+def charge_pending(controller: AdmissionController) -> None:
+    """At a batch of records' end: each client's summed fast-lane charges of the batch
+    (charge_fast_lane), one store charge a client, under a new id."""
+    if not controller.fast_lane_pending:
+        return
+    store = controller.store()
+    for limits, used in controller.fast_lane_pending.take():
+        controller.spawn(store.charge(uuid.uuid4().hex, limits, used))
 
 
 def _ended_unlogged(record: RequestRecord) -> bool:

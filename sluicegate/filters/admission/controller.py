@@ -15,6 +15,7 @@ from typing import Any, Final
 from ..limiter import FailoverStore, LimiterStore, MemoryStore, RedisStore
 from ..queueing import PriorityGate
 from .metrics import AdmissionMetrics, StoreMetrics
+from .pending import PendingCharges
 from .policy import AdmissionPolicy, StoreSettings
 from .recent import RecentIds
 
@@ -51,6 +52,7 @@ class AdmissionController:
         "_store",
         "_store_settings",
         "fast_lane_ids",
+        "fast_lane_pending",
         "metrics",
         "policy",
     )
@@ -68,6 +70,8 @@ class AdmissionController:
         # Fast-lane charge ids this process charged or settled (charge.charge_fast_lane):
         # a running request's records repeat every 500 ms, and skip the store once known.
         self.fast_lane_ids = RecentIds(FAST_LANE_IDS_KEPT)
+        # Short fast-lane requests' charges of the batch of records being read.
+        self.fast_lane_pending = PendingCharges()
         if policy is not None:
             self.update(policy)
 

@@ -87,7 +87,8 @@ class Usage:
     input_tokens: int
     output_tokens: int
     # 1 for a request; 0 only when reconciling one the gateway itself turned away (shed
-    # from a queue, cancelled while waiting): it must not use up the tenant's requests.
+    # from a queue, cancelled while waiting): it must not use up the tenant's requests;
+    # more in one charge of several requests (the fast lane's, charged per batch).
     requests: int = 1
 
     def __post_init__(self) -> None:
@@ -95,8 +96,8 @@ class Usage:
             raise ValueError(f"input_tokens must be an int >= 0, got {self.input_tokens!r}")
         if not _is_int(self.output_tokens) or self.output_tokens < 0:
             raise ValueError(f"output_tokens must be an int >= 0, got {self.output_tokens!r}")
-        if self.requests not in (0, 1):
-            raise ValueError(f"requests must be 0 or 1, got {self.requests!r}")
+        if not _is_int(self.requests) or self.requests < 0:
+            raise ValueError(f"requests must be an int >= 0, got {self.requests!r}")
 
     def amount(self, kind: Kind) -> int:
         """Units this usage charges on a limit of `kind`."""
