@@ -26,3 +26,16 @@ def test_ports_are_below_the_kernels_ephemeral_range() -> None:
     the test binds it."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     assert all(1024 <= port < low for port in free_ports(40))
+
+
+def test_a_host_whose_ephemeral_range_leaves_too_few_ports_below_lets_the_kernel_pick(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`1024 65535`, as load-testing hosts often set it: nothing is below, so the kernel
+    picks (distinct ports still)."""
+    import sluicegate.testing.ports as ports_module
+
+    wide = tmp_path / "ip_local_port_range"
+    wide.write_text("1024\t65535\n")
+    monkeypatch.setattr(ports_module, "_PORT_RANGE_FILE", wide)
+    assert len(set(free_ports(10))) == 10

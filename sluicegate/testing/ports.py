@@ -12,9 +12,12 @@ from pathlib import Path
 # collision, and which failed CI once).
 _handed_out: set[int] = set()
 _PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-# How far below the kernel's ephemeral range ports are picked from.
+# How far below the kernel's ephemeral range ports are picked from, and never below
+# _LOWEST (the quickstart's documented addresses, examples/quickstart.yaml, are all
+# lower); with fewer than _FEWEST ports there, the kernel picks them (bind to port 0).
 _SPAN = 12_000
-_LOWEST = 1024
+_LOWEST = 20_000
+_FEWEST = 2_000
 
 
 def _worker_share() -> tuple[int, int]:
@@ -41,6 +44,17 @@ def _candidates() -> range:
     return range(max(_LOWEST, low - _SPAN), low)
 
 
+def _picked_by_kernel() -> int:
+    """A port the kernel chose (in its ephemeral range): where _candidates has too few."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        index, share = _worker_share()
+        if port % share == index and port not in _handed_out:
+            return port
+
+
 def _bound(port: int) -> socket.socket | None:
     probe = socket.socket()
     try:
@@ -54,12 +68,19 @@ def _bound(port: int) -> socket.socket | None:
 def free_ports(count: int) -> list[int]:
     """`count` distinct ports that were free a moment ago and were never returned before
     in this process (nor are returned to another test worker: _worker_share), picked at
-    random below the ephemeral range (_candidates). All probe sockets stay open until
-    every port is picked."""
+    random below the ephemeral range (_candidates; on a host whose ephemeral range leaves
+    too few there, by the kernel). All probe sockets stay open until every port is
+    picked."""
     index, share = _worker_share()
     candidates = _candidates()
-    sockets: list[socket.socket] = []
     chosen: list[int] = []
+    if len(candidates) < _FEWEST:
+        while len(chosen) < count:
+            port = _picked_by_kernel()
+            _handed_out.add(port)
+            chosen.append(port)
+        return chosen
+    sockets: list[socket.socket] = []
     try:
         for _ in range(len(candidates)):
             if len(chosen) == count:

@@ -339,6 +339,33 @@ async def test_a_batchs_short_requests_are_charged_once_per_client(
     assert sample(registry, "sluicegate_fast_lane_charges_total", {"tenant": "team"}) == 3
 
 
+@pytest.mark.parametrize("duration_ms", [300, 420, 499])
+@pytest.mark.parametrize("running_first", [True, False], ids=["running first", "end first"])
+async def test_a_request_with_a_record_while_running_is_charged_once_near_the_flush(
+    any_store: AdmissionController, duration_ms: int, running_first: bool
+) -> None:
+    """Envoy's flush timer runs on a coarse clock: a request measured just under 500 ms
+    may have a record while running too. Whichever comes first, the request is charged
+    once: its end is batched only when it surely ended before the flush (and its id was
+    not seen), and its id then keeps a late running record from charging."""
+    held = any_store
+    ids = {wire.RECORD_STREAM_ID: "host/7/1764600000.000000000"}
+    running_fields = {**fast_lane_fields(status=0), **ids,
+                      wire.RECORD_LOG_TYPE: wire.LOG_TYPE_IN_FLIGHT}  # fmt: skip
+    running = decode(log_record(running_fields, log_name=wire.LANE_LOG_NAME), {})
+    end = decode(
+        log_record({**fast_lane_fields(usage=USAGE, duration_ms=duration_ms), **ids}), {}
+    )
+    assert running.in_flight and not end.in_flight
+    for record in (running, end) if running_first else (end, running):
+        assert charge_fast_lane(held, record)
+        charge_pending(held)
+    await held.settled()
+    limits = held.policy.client_limits(IDENTITY)
+    decision = await held.store().reserve("probe", limits, Usage(0, 0, requests=0))
+    assert [state.used for state in decision.states] == [1, 40, 40]
+
+
 async def test_the_server_charges_a_batch_of_short_requests_once() -> None:
     """One Export of three short fast-lane requests of one client, as Envoy batches its
     records: the ext_proc server's store keeps one charge holding all three."""

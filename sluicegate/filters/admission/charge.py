@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from sluicegate import wire
 from sluicegate.records import RequestRecord, billed, billed_in_flight, billed_record
@@ -114,9 +114,10 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
     second is DuplicateReservation); this process skips ids it charged or settled
     already (controller.fast_lane_ids) before asking the store. A request that ended
     before Envoy could log it running has no other record to settle with: a failed one
-    touches nothing, any other waits in controller.fast_lane_pending, summed with its
-    client's others of the same batch, for one charge at the batch's end
-    (charge_pending)."""
+    touches nothing; any other, when it surely ended before (_surely_unlogged) and its
+    id was not seen, waits in controller.fast_lane_pending, summed with its client's
+    others of the same batch, for one charge at the batch's end (charge_pending), its
+    id kept so that a record of it running, if any came, charges nothing."""
     if not (record.auto_lane and record.fast_lane):
         return False
     policy = controller.policy
@@ -128,18 +129,21 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
         return False
     if record.in_flight and not record.stream_id:
         return False  # nothing to settle it by at its end
-    if not record.in_flight and _ended_unlogged(record):
-        # No record of it running exists, so nothing to settle: summed with the batch's
-        # others of this client, charged once at the batch's end (charge_pending).
+    charge_id = f"{tenant.name}/{record.stream_id or uuid.uuid4().hex}"
+    seen = controller.fast_lane_ids
+    if not record.in_flight and _surely_unlogged(record) and charge_id not in seen:
+        # No record of it running exists (nor will: its id is kept), so nothing to
+        # settle: summed with its client's others of this batch, charged once at the
+        # batch's end (charge_pending).
         bill = billed_record(record)
         if bill.failed:
             return False  # a refusal: a store record of it would live a window for nothing
+        if record.stream_id:
+            seen.add(charge_id)
         used = Usage(bill.input_tokens, bill.output_tokens)
         controller.fast_lane_pending.add(tenant.name, record.key_name, limits, used)
         _count_charge(controller, tenant.name, record.model, used)
         return True
-    charge_id = f"{tenant.name}/{record.stream_id or uuid.uuid4().hex}"
-    seen = controller.fast_lane_ids
     if record.in_flight:
         if seen.add(charge_id):
             estimate = billed_in_flight(record)
@@ -173,6 +177,20 @@ def charge_pending(controller: AdmissionController) -> None:
     store = controller.store()
     for limits, used in controller.fast_lane_pending.take():
         controller.spawn(store.charge(uuid.uuid4().hex, limits, used))
+
+
+# How much sooner than IN_FLIGHT_FLUSH_MS a request must end for its charge to be
+# batched: Envoy arms the flush timer on its coarse event-loop clock, the duration is
+# measured on a precise one, so a request of 498 ms may have a record while running.
+BATCHED_BELOW_FLUSH_MS: Final = 100
+
+
+def _surely_unlogged(record: RequestRecord) -> bool:
+    """Whether the request ended well before Envoy's first record of it while running
+    was due, so that no such record exists on any ext_proc server."""
+    duration_s = record.duration_s
+    limit_ms = wire.IN_FLIGHT_FLUSH_MS - BATCHED_BELOW_FLUSH_MS
+    return duration_s is not None and duration_s * 1000 < limit_ms
 
 
 def _ended_unlogged(record: RequestRecord) -> bool:

@@ -34,7 +34,7 @@ ERROR_BODY_FILTER = "sluicegate.error_body"
 # The composite filter's action that runs the wrapping filter.
 ERROR_BODY_ACTION = "sluicegate.error_body.wrap"
 RESPONSE_HEADER_INPUT = "envoy.matching.inputs.response_headers"
-# Statuses that are not errors: the filter is skipped for them.
+# Statuses that are not errors: no wrapping filter is made for them.
 NOT_AN_ERROR_STATUS = r"[123][0-9][0-9]"
 
 
