@@ -22,7 +22,10 @@ server taking the request records. wrk sends a chat completion (`--prompt-bytes`
 - with a tenant (docs/fast-lane.md, "Keys" and "Limits"): Envoy's key check and the
   model reader naming the tenant, without and with its token buckets (requests and
   tokens per minute, set far above what the run sends, so nothing is refused: the
-  model reader then also estimates each request's tokens).
+  model reader then also estimates each request's tokens);
+- with the same tenant `lane: auto` (far from its limits: in the fast lane; no control
+  plane here, so it is never moved), and the same without the routing stage's filter
+  (which an auto tenant's fast-lane requests skip, per request, by a matcher).
 
 Per arm and round: p50 at concurrency 1 (wrk -c1) and requests/s at concurrency 32
 (wrk -c32), the arms in turn, the order rotating; reported as medians of rounds and, per
@@ -53,6 +56,7 @@ from sluicegate.envoy import EnvoyProcess
 from sluicegate.model import build_model
 from sluicegate.testing import free_ports, static_bootstrap
 from sluicegate.xds.translate import translate
+from sluicegate.xds.translate._ext_proc import EXT_PROC_FILTER as ROUTING_STAGE_FILTER
 from sluicegate.xds.translate.error_bodies import ERROR_BODY_FILTER
 from sluicegate.xds.translate.faults import FAULT_FILTER
 from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
@@ -82,7 +86,7 @@ ENVOY_CORE: Final = 0
 LOAD_CORE: Final = "1"
 # The tenant of the arms that have one, and its key (from a secret file).
 TENANT_KEY: Final = "sk-sg-bench-0000000000000000000000000"
-# name -> (HTTP filters removed, access log removed, tenant: None, "key" or "limits");
+# name -> (HTTP filters removed, access log removed, tenant: None, "key", "limits", "auto");
 # a str: a baseline's bootstrap.
 Arm = tuple[frozenset[str], bool, str | None]
 ARMS: Final[dict[str, Arm | str]] = {
@@ -97,6 +101,10 @@ ARMS: Final[dict[str, Arm | str]] = {
     "without the error-body filter": (frozenset({ERROR_BODY_FILTER}), False, None),
     "with a tenant: key check": (frozenset(), False, "key"),
     "with a tenant: key check and token buckets": (frozenset(), False, "limits"),
+    "with an auto tenant": (frozenset(), False, "auto"),
+    "with an auto tenant, without the routing stage's filter": (
+        frozenset({ROUTING_STAGE_FILTER}), False, "auto"
+    ),
 }
 
 
@@ -112,8 +120,10 @@ def _document(listener: int, upstream: int, tenant: str | None, work: Path) -> d
         (work / "bench.client").write_text(TENANT_KEY)
         key = {"name": "bench", "hash": hash_key(TENANT_KEY), "secret": {"file": "bench.client"}}
         doc["tenants"] = [{"name": "bench", "keys": [key]}]
-        if tenant == "limits":
+        if tenant in ("limits", "auto"):
             doc["tenants"][0]["rate_limits"] = {"requests": 10**9, "tokens": 4 * 10**9}
+        if tenant == "auto":
+            doc["tenants"][0]["lane"] = "auto"
     return doc
 
 

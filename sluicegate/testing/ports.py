@@ -14,7 +14,7 @@ _handed_out: set[int] = set()
 _PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # How far below the kernel's ephemeral range ports are picked from, and never below
 # _LOWEST (the quickstart's documented addresses, examples/quickstart.yaml, are all
-# lower); with fewer than _FEWEST ports there, the kernel picks them (bind to port 0).
+# lower); with fewer than _FEWEST ports there, from the ephemeral range (_candidates).
 _SPAN = 12_000
 _LOWEST = 20_000
 _FEWEST = 2_000
@@ -36,23 +36,14 @@ def _candidates() -> range:
     gives no outgoing connection and no bind to port 0 a port from there, so a port
     picked there stays free until the test's process binds it; one of the ephemeral
     range could be taken meanwhile by any connection, even a client's to that very port
-    while nothing listens on it (TCP's self-connect)."""
+    while nothing listens on it (TCP's self-connect). On a host whose ephemeral range
+    leaves fewer than _FEWEST ports there, the ephemeral range itself."""
     try:
-        low = int(_PORT_RANGE_FILE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    return range(max(_LOWEST, low - _SPAN), low)
-
-
-def _picked_by_kernel() -> int:
-    """A port the kernel chose (in its ephemeral range): where _candidates has too few."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        index, share = _worker_share()
-        if port % share == index and port not in _handed_out:
-            return port
+        low, high = (int(word) for word in _PORT_RANGE_FILE.read_text().split()[:2])
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    below = range(max(_LOWEST, low - _SPAN), low)
+    return below if len(below) >= _FEWEST else range(low, high + 1)
 
 
 def _bound(port: int) -> socket.socket | None:
@@ -68,19 +59,13 @@ def _bound(port: int) -> socket.socket | None:
 def free_ports(count: int) -> list[int]:
     """`count` distinct ports that were free a moment ago and were never returned before
     in this process (nor are returned to another test worker: _worker_share), picked at
-    random below the ephemeral range (_candidates; on a host whose ephemeral range leaves
-    too few there, by the kernel). All probe sockets stay open until every port is
-    picked."""
+    random below the ephemeral range (_candidates). All probe sockets stay open until
+    every port is picked. (Not the kernel's pick, a bind to port 0: Linux gives those
+    odd ports, which would leave one of two workers none.)"""
     index, share = _worker_share()
     candidates = _candidates()
-    chosen: list[int] = []
-    if len(candidates) < _FEWEST:
-        while len(chosen) < count:
-            port = _picked_by_kernel()
-            _handed_out.add(port)
-            chosen.append(port)
-        return chosen
     sockets: list[socket.socket] = []
+    chosen: list[int] = []
     try:
         for _ in range(len(candidates)):
             if len(chosen) == count:
@@ -95,7 +80,7 @@ def free_ports(count: int) -> list[int]:
                 _handed_out.add(port)
                 chosen.append(port)
         if len(chosen) < count:
-            raise RuntimeError(f"fewer than {count} free ports below the ephemeral range")
+            raise RuntimeError(f"fewer than {count} free ports in {candidates}")
         return chosen
     finally:
         for probe in sockets:
