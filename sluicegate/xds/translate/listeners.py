@@ -33,6 +33,7 @@ from envoy.config.core.v3 import (
 )
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
+from envoy.extensions.filters.http.composite.v3 import composite_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.connection_limit.v3 import connection_limit_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -45,6 +46,7 @@ from envoy.extensions.http.early_header_mutation.header_mutation.v3 import (
 from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 from xds.type.matcher.v3 import matcher_pb2
+from xds.type.matcher.v3 import string_pb2 as xds_string_pb2
 
 from sluicegate import wire
 from sluicegate.config import LANE_FAST
@@ -60,14 +62,15 @@ from sluicegate.model import Admission, Gateway, Limits, Listener
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import (
+    COMPOSITE_FILTER,
     ads_source,
     duration_ms,
     duration_s,
+    execute_filter,
     filter_with_matcher,
     pack,
     request_header_tree,
     set_headers,
-    skip_filter,
     struct,
 )
 from .envoy_routing import key_check_filters, routing_filters
@@ -82,6 +85,8 @@ HCM_FILTER = "envoy.filters.network.http_connection_manager"
 CONNECTION_LIMIT_FILTER = "envoy.filters.network.connection_limit"
 ENVOY_HEADER_PREFIX = "x-envoy-"
 ROUTER_FILTER = "envoy.filters.http.router"
+# The composite filter's action that makes the routing stage's filter (beside a fast lane).
+ROUTING_STAGE_ACTION = "sluicegate.routing_stage"
 STREAM_IDLE_TIMEOUT_S = 300
 
 # The first local-reply mapper: replies that already carry a JSON body are left alone.
@@ -193,13 +198,34 @@ def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
 
 
 def _routing_stage_filter(config: any_pb2.Any, gateway: Gateway) -> hcm_pb2.HttpFilter:
-    """The routing stage's filter; beside a fast lane, skipped for the requests of its
-    clients, whom Envoy's key check named with the `fast/` prefix (client_keys.py)."""
+    """The routing stage's filter; beside a fast lane, Envoy's composite filter, which
+    makes it only for a request whose client is not a fast-lane one (Envoy's key check
+    names those with the `fast/` prefix, client_keys.py): an ext_proc filter made for
+    every request and then skipped cost an auto tenant's fast-lane requests about as much
+    as the rest of the auto lane in Envoy (benchmarks/RESULTS.md, "The auto lane's part
+    in Envoy, arm by arm")."""
     if not (gateway.admission.routed_by_envoy and gateway.admission.keys_checked_by_envoy):
         return hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=config)
-    tree = request_header_tree(wire.CLIENT_HEADER)
-    tree.prefix_match_map.map[f"{LANE_FAST}/"].CopyFrom(skip_filter())
-    return filter_with_matcher(EXT_PROC_FILTER, config, matcher_pb2.Matcher(matcher_tree=tree))
+    not_fast = matcher_pb2.Matcher.MatcherList.FieldMatcher(
+        predicate=matcher_pb2.Matcher.MatcherList.Predicate(
+            not_matcher=matcher_pb2.Matcher.MatcherList.Predicate(
+                single_predicate=matcher_pb2.Matcher.MatcherList.Predicate.SinglePredicate(
+                    input=request_header_tree(wire.CLIENT_HEADER).input,
+                    value_match=xds_string_pb2.StringMatcher(prefix=f"{LANE_FAST}/"),
+                )
+            )
+        ),
+        on_match=execute_filter(
+            ROUTING_STAGE_ACTION,
+            extension_pb2.TypedExtensionConfig(name=EXT_PROC_FILTER, typed_config=config),
+        ),
+    )
+    return filter_with_matcher(
+        EXT_PROC_FILTER,
+        pack(composite_pb2.Composite()),
+        matcher_pb2.Matcher(matcher_list=matcher_pb2.Matcher.MatcherList(matchers=[not_fast])),
+        COMPOSITE_FILTER,
+    )
 
 
 def _http_connection_manager(
