@@ -127,3 +127,19 @@ def test_the_records_name_both_tenants(stack: Stack) -> None:
             break
         time.sleep(0.1)
     assert demo >= 4 and quick >= 3
+
+
+def test_a_path_outside_the_gateway_is_envoys_404_for_every_client(stack: Stack) -> None:
+    """The route for paths outside /v1/ disables the routing stage per route: it still
+    does now that, beside a fast lane, Envoy's composite filter makes that stage's filter
+    (listeners.py): no client's request there opens a routing-stage stream."""
+    before = stack.routing_stage_streams()
+    for key, status, code in ((DEMO_KEY, 404, "unknown_url"), (QUICK_KEY, 404, "unknown_url"),
+                              (None, 401, "missing_api_key")):  # fmt: skip
+        headers = {} if key is None else {"authorization": f"Bearer {key}"}
+        request = urllib.request.Request(stack.gateway + "/elsewhere", headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            urllib.request.urlopen(request, timeout=20)
+        error = json.loads(raised.value.read())["error"]
+        assert (raised.value.code, error["code"]) == (status, code), error
+    assert stack.routing_stage_streams() == before
