@@ -29,6 +29,7 @@ from sluicegate.filters.admission import (
     charge_finished,
     charge_pending,
 )
+from sluicegate.filters.admission.charge import RUNNING_RECORD_MARGIN_MS
 from sluicegate.filters.admission.recent import RecentIds
 from sluicegate.filters.limiter import Decision, Limit, LimiterStore, MemoryStore, Usage
 from sluicegate.model import Gateway
@@ -366,6 +367,27 @@ async def test_a_request_with_a_record_while_running_is_charged_once_near_the_fl
     assert [state.used for state in decision.states] == [1, 40, 40]
 
 
+@pytest.mark.parametrize("duration_ms", [420, 499])
+async def test_a_failed_request_with_a_record_while_running_is_charged_nothing(
+    any_store: AdmissionController, duration_ms: int
+) -> None:
+    """The same near the flush for a request that failed: its running record charged
+    the estimate; its end reconciles that to nothing (it is not dropped as a refusal
+    that never ran would be)."""
+    held = any_store
+    ids = {wire.RECORD_STREAM_ID: "host/7/1764600000.000000001"}
+    running_fields = {**fast_lane_fields(status=0), **ids,
+                      wire.RECORD_LOG_TYPE: wire.LOG_TYPE_IN_FLIGHT}  # fmt: skip
+    charge_fast_lane(held, decode(log_record(running_fields, log_name=wire.LANE_LOG_NAME), {}))
+    await held.settled()
+    limits = held.policy.client_limits(IDENTITY)
+    assert await used(held, limits) == [120, 120]
+    end = {**fast_lane_fields(status=503, duration_ms=duration_ms), **ids}
+    assert not charge_fast_lane(held, decode(log_record(end), {}))
+    await held.settled()
+    assert await used(held, limits) == [0, 0]
+
+
 async def test_the_server_charges_a_batch_of_short_requests_once() -> None:
     """One Export of three short fast-lane requests of one client, as Envoy batches its
     records: the ext_proc server's store keeps one charge holding all three."""
@@ -475,6 +497,8 @@ def end_record(stream_id: str, *, duration_us: int | None = None, **fields: Any)
 
 
 FLUSH_US = wire.IN_FLIGHT_FLUSH_MS * 1000  # Envoy's first record of a running request
+# Shorter requests surely have no record while running (charge.RUNNING_RECORD_MARGIN_MS).
+SURELY_UNLOGGED_US = FLUSH_US - RUNNING_RECORD_MARGIN_MS * 1000
 
 
 async def window(controller: AdmissionController, limits: tuple[Limit, ...]) -> list[int]:
@@ -670,14 +694,15 @@ async def test_a_request_that_failed_before_it_could_be_logged_running_leaves_no
     try:
         store = held.store()
         assert isinstance(store, MemoryStore)
-        for n, duration_us in enumerate((0, 1_000, FLUSH_US - 1)):
+        for n, duration_us in enumerate((0, 1_000, SURELY_UNLOGGED_US - 1)):
             end = end_record(f"stream-{n}", status=status, duration_us=duration_us)
             assert not charge_fast_lane(held, end)
         await held.settled()
         assert store.tracked_reservations == 0
-        # One that lasted until its record running was due settles as before: it holds
-        # its id (a late record of it running must charge nothing).
-        charge_fast_lane(held, end_record("long", status=status, duration_us=FLUSH_US))
+        # One that lasted until its record running may have been due settles as before:
+        # it holds its id (a record of it running, before or after, charges nothing).
+        end = end_record("long", status=status, duration_us=SURELY_UNLOGGED_US)
+        charge_fast_lane(held, end)
         await held.settled()
         assert store.tracked_reservations == 1
         assert await window(held, held.policy.client_limits(IDENTITY)) == [0, 0, 0]

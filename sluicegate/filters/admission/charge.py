@@ -113,11 +113,11 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
     Whichever of the two records comes first, the store takes an id's charge once (a
     second is DuplicateReservation); this process skips ids it charged or settled
     already (controller.fast_lane_ids) before asking the store. A request that ended
-    before Envoy could log it running has no other record to settle with: a failed one
-    touches nothing; any other, when it surely ended before (_surely_unlogged) and its
-    id was not seen, waits in controller.fast_lane_pending, summed with its client's
-    others of the same batch, for one charge at the batch's end (charge_pending), its
-    id kept so that a record of it running, if any came, charges nothing."""
+    surely before Envoy could log it running (_surely_unlogged), its id not seen, has no
+    other record to settle with: a failed one touches nothing; any other waits in
+    controller.fast_lane_pending, summed with its client's others of the same batch, for
+    one charge at the batch's end (charge_pending). Either way its id is kept, so that a
+    record of it running, if one came, charges nothing."""
     if not (record.auto_lane and record.fast_lane):
         return False
     policy = controller.policy
@@ -131,15 +131,15 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
         return False  # nothing to settle it by at its end
     charge_id = f"{tenant.name}/{record.stream_id or uuid.uuid4().hex}"
     seen = controller.fast_lane_ids
-    if not record.in_flight and _surely_unlogged(record) and charge_id not in seen:
-        # No record of it running exists (nor will: its id is kept), so nothing to
+    if not record.in_flight and charge_id not in seen and _surely_unlogged(record):
+        # No record of it running exists (nor will count: its id is kept), so nothing to
         # settle: summed with its client's others of this batch, charged once at the
         # batch's end (charge_pending).
         bill = billed_record(record)
-        if bill.failed:
-            return False  # a refusal: a store record of it would live a window for nothing
         if record.stream_id:
             seen.add(charge_id)
+        if bill.failed:
+            return False  # a refusal: a store record of it would live a window for nothing
         used = Usage(bill.input_tokens, bill.output_tokens)
         controller.fast_lane_pending.add(tenant.name, record.key_name, limits, used)
         _count_charge(controller, tenant.name, record.model, used)
@@ -151,8 +151,6 @@ def charge_fast_lane(controller: AdmissionController, record: RequestRecord) -> 
             controller.spawn(_charge_once(controller, charge_id, limits, usage))
         return True
     bill = billed_record(record)
-    if bill.failed and _ended_unlogged(record):
-        return False  # a refusal: a store record of it would live a window for nothing
     seen.add(charge_id)
     actual = Usage(bill.input_tokens, bill.output_tokens, requests=0 if bill.failed else 1)
     controller.spawn(_settle(controller, charge_id, limits, actual))
@@ -179,25 +177,18 @@ def charge_pending(controller: AdmissionController) -> None:
         controller.spawn(store.charge(uuid.uuid4().hex, limits, used))
 
 
-# How much sooner than IN_FLIGHT_FLUSH_MS a request must end for its charge to be
-# batched: Envoy arms the flush timer on its coarse event-loop clock, the duration is
-# measured on a precise one, so a request of 498 ms may have a record while running.
-BATCHED_BELOW_FLUSH_MS: Final = 100
+# How much sooner than IN_FLIGHT_FLUSH_MS a request must end to surely have no record
+# while running: Envoy arms the flush timer on its coarse event-loop clock, the duration
+# is measured on a precise one, so a request of 498 ms may have one.
+RUNNING_RECORD_MARGIN_MS: Final = 100
 
 
 def _surely_unlogged(record: RequestRecord) -> bool:
     """Whether the request ended well before Envoy's first record of it while running
     was due, so that no such record exists on any ext_proc server."""
     duration_s = record.duration_s
-    limit_ms = wire.IN_FLIGHT_FLUSH_MS - BATCHED_BELOW_FLUSH_MS
+    limit_ms = wire.IN_FLIGHT_FLUSH_MS - RUNNING_RECORD_MARGIN_MS
     return duration_s is not None and duration_s * 1000 < limit_ms
-
-
-def _ended_unlogged(record: RequestRecord) -> bool:
-    """Whether the request ended before Envoy's first record of it while running was due
-    (wire.IN_FLIGHT_FLUSH_MS after it began), so no such record exists."""
-    duration_s = record.duration_s
-    return duration_s is not None and duration_s < wire.IN_FLIGHT_FLUSH_MS / 1000
 
 
 async def _charge_once(
