@@ -59,18 +59,24 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _held_models(path: Path) -> list[str]:
     """For `validate`: the models an `auto` tenant's requests for always take the exact
-    lane (model.Gateway.held_models), and why."""
+    lane (model.Gateway.held_models), and the gates Envoy enforces (model.EnvoyGate)."""
     from sluicegate.config import LANE_AUTO, load_config
     from sluicegate.model import build_model
 
     cfg = load_config(path)
-    if not any(cfg.admission.lane_of(tenant) == LANE_AUTO for tenant in cfg.tenants):
-        return []
-    held = build_model(cfg, {}).held_models
-    return [
-        f"model {model}: auto tenants' requests take the exact lane ({why})"
-        for model, why in held.items()
+    gateway = build_model(cfg, {})
+    lines = [
+        f"route {route.name}'s gate: Envoy's (only fast-lane requests reach it): "
+        + route.envoy_gate.describe()
+        for route in gateway.routes
+        if route.envoy_gate is not None
     ]
+    if any(cfg.admission.lane_of(tenant) == LANE_AUTO for tenant in cfg.tenants):
+        lines += [
+            f"model {model}: auto tenants' requests take the exact lane ({why})"
+            for model, why in gateway.held_models.items()
+        ]
+    return lines
 
 
 def _cmd_ext_proc(args: argparse.Namespace) -> int:

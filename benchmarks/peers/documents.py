@@ -6,9 +6,11 @@ upstream's model."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.stack import addresses, unlimited_tenant
+from sluicegate.config import hash_key
 
 from .peer import Upstream
 
@@ -16,6 +18,8 @@ PROVIDER = "upstream"
 ROUTE = "bench"
 # Far above any load here: what is measured is the gate's cost, never a wait.
 GATE = {"max_requests": 100_000, "max_tokens": 10**10}
+# Envoy's gate counts requests only; each partition also keeps the pool's own limits.
+FAST_GATE = {"max_requests": 100_000}
 
 
 def routing_doc(upstream: Upstream, listen_port: int) -> dict[str, Any]:
@@ -39,25 +43,45 @@ def fast_routing_doc(upstream: Upstream, listen_port: int) -> dict[str, Any]:
 
 
 def fast_admission_doc(
-    upstream: Upstream, listen_port: int, key: str, key_file: str
+    upstream: Upstream,
+    listen_port: int,
+    key: str,
+    key_file: str,
+    vip_key_file: str | None = None,
 ) -> dict[str, Any]:
     """fast_routing_doc with one tenant `bench` whose one key is `key` (its secret read
     from `key_file`, an absolute path) and limits that never refuse (10^9 requests and
     4x10^9 tokens a minute: Envoy's token buckets hold at most 2^32 - 1), all decided by
-    Envoy (docs/fast-lane.md)."""
+    Envoy (docs/fast-lane.md). With `vip_key_file` (a second key, never sent), also a
+    tenant `vip` of the top class and the route's gate (FAST_GATE), which Envoy then
+    enforces in two partitions ("Gates in the fast lane"); `bench` is `standard`, in the
+    lower one."""
     doc = fast_routing_doc(upstream, listen_port)
     tenant = unlimited_tenant(key)
     tenant["rate_limits"] = {"requests": 10**9, "tokens": 4 * 10**9, "per": "1m"}
     tenant["keys"][0]["secret"] = {"file": key_file}
     doc["tenants"] = [tenant]
+    if vip_key_file is not None:
+        vip = Path(vip_key_file).read_text()
+        doc["tenants"].append(
+            {
+                "name": "vip",
+                "priority": "interactive",
+                "keys": [
+                    {"name": "vip-key", "hash": hash_key(vip), "secret": {"file": vip_key_file}}
+                ],
+            }
+        )
+        doc["routes"][0]["concurrency"] = dict(FAST_GATE)
     return doc
 
 
 def auto_admission_doc(
     upstream: Upstream, listen_port: int, key: str, key_file: str
 ) -> dict[str, Any]:
-    """fast_admission_doc with the tenant `auto` (docs/fast-lane.md, "The auto lane"): far
-    from its limits it stays in the fast lane, while Envoy sends each of its requests'
+    """fast_admission_doc (without the gate, which would hold every request of an `auto`
+    tenant in the exact lane) with the tenant `auto` (docs/fast-lane.md, "The auto lane"):
+    far from its limits it stays in the fast lane, while Envoy sends each of its requests'
     records to the control plane, which counts them."""
     doc = fast_admission_doc(upstream, listen_port, key, key_file)
     doc["admission"] = {"lane": "auto"}

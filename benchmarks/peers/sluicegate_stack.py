@@ -57,10 +57,15 @@ FAST_ADMISSION: Final = (
     "model reader names the tenant and estimates the request's tokens (prompt estimate + "
     "max_tokens, else 1,024), charged to the tenant's token buckets for requests and "
     "tokens (10^9 requests and 4x10^9 tokens a minute: never refusing) in Envoy's "
-    "local_ratelimit; no priority gate (the fast lane has none yet); nothing reconciled"
+    "local_ratelimit; the route's priority gate in Envoy (100,000 requests in flight, "
+    "two partitions of the route cluster's circuit breakers: a second tenant `vip`, never "
+    "calling, of the top class `interactive` holds 25 %, the tenant's class `standard` 75 "
+    "%, each at the pool's 4,096 connections and 1,024 pending, its lower limits); "
+    "nothing reconciled"
 )
 AUTO_ADMISSION: Final = (
-    "as fast-admission, with the tenant `lane: auto`: far from its limits, so it stays in "
+    "as fast-admission without the gate and `vip` (an `auto` tenant's requests for a gated "
+    "model take the exact lane), with the tenant `lane: auto`: far from its limits, so it stays in "
     "the fast lane; the ext_proc server charges each of its requests' records into the "
     "tenant's exact-lane windows and sends the control plane a usage note of each (batched "
     "every 100 ms), which it counts against the tenant's limits; Envoy also records each "
@@ -108,8 +113,14 @@ class SluicegateStack:
             key_file = self.work / f"{self.name}-{port}.key"
             key_file.parent.mkdir(parents=True, exist_ok=True)
             key_file.write_text(key)
-            make_doc = fast_admission_doc if self.kind == "fast-admission" else auto_admission_doc
-            doc = make_doc(upstream, port, key, str(key_file.resolve()))
+            if self.kind == "fast-admission":
+                vip_file = self.work / f"{self.name}-{port}-vip.key"
+                vip_file.write_text("sk-bench-" + secrets.token_hex(24))
+                doc = fast_admission_doc(
+                    upstream, port, key, str(key_file.resolve()), str(vip_file.resolve())
+                )
+            else:
+                doc = auto_admission_doc(upstream, port, key, str(key_file.resolve()))
             headers["authorization"] = f"Bearer {key}"
         elif self.kind == "fast-routing":
             doc = fast_routing_doc(upstream, port)

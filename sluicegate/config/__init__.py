@@ -30,6 +30,7 @@ from .admission import (
     StoreKind,
     Tenant,
     check_model_names,
+    lower_class_share,
 )
 from .durations import format_duration_ms, parse_duration_ms
 from .keyhash import generate_key, hash_key, parse_key_hash, verify_key
@@ -133,6 +134,7 @@ __all__ = [
     "is_ip_address",
     "load_config",
     "load_config_text",
+    "lower_class_share",
     "normalize_path_prefix",
     "parse_admin_address",
     "parse_duration_ms",

@@ -17,6 +17,7 @@ validate.py. This module imports nothing from schema.py because schema.py import
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from typing import Final, Literal, NamedTuple
 from urllib.parse import urlsplit
@@ -224,6 +225,25 @@ class Admission(_Section):
         """The lane a tenant's requests take: its own, else this section's."""
         return tenant.lane or self.lane
 
+    def lanes_at_gate(self, tenants: Sequence[Tenant], models: Iterable[str]) -> frozenset[Lane]:
+        """Which lanes' requests reach the gate of a route serving `models`: `fast` for a
+        `fast` tenant allowed one of them (without tenants: any lane but `exact`), `exact`
+        for an exact-lane or `auto` tenant allowed one (an `auto` tenant's requests for a
+        gated model take the exact lane). One lane enforces a gate: Envoy when only `fast`
+        reaches it, else the routing stage (docs/fast-lane.md, "Gates in the fast
+        lane")."""
+        if not tenants:
+            return frozenset({LANE_EXACT if self.lane == LANE_EXACT else LANE_FAST})
+        return frozenset(
+            LANE_FAST if self.lane_of(tenant) == LANE_FAST else LANE_EXACT
+            for tenant in self.tenants_of(tenants, models)
+        )
+
+    def tenants_of(self, tenants: Sequence[Tenant], models: Iterable[str]) -> list[Tenant]:
+        """The tenants allowed one of `models` (a route's)."""
+        served = set(models)
+        return [t for t in tenants if t.models is None or served & set(t.models)]
+
     def describe_lane(self, tenant: Tenant) -> str:
         """Which lane a tenant takes and why, for `sluicegate validate`."""
         lane = self.lane_of(tenant)
@@ -278,6 +298,14 @@ class Tenant(_Section):
     @classmethod
     def _non_empty_models(cls, value: list[str] | None) -> list[str] | None:
         return None if value is None else check_model_names(value)
+
+
+def lower_class_share(capacity: int, headroom: float) -> int:
+    """What the classes below the top one may hold of a gate's `capacity`: the share
+    `headroom` leaves them, rounded down, but at least 1 (a gate of 4 with headroom 0.25
+    keeps 1 for the top class). The routing stage's queues and Envoy's gate both use it."""
+    # The slack absorbs binary float error: 10 * (1 - 0.9) is 0.9999999999999998.
+    return max(1, math.floor(capacity * (1.0 - headroom) + 1e-9))
 
 
 class Concurrency(_Section):

@@ -174,7 +174,10 @@ def check_gate_shares(doc: Document, at: Locator) -> Iterable[Problem]:
     if replicas == 1:
         return
     gates = [("providers", i, p.concurrency) for i, p in doc.providers]
-    gates += [("routes", i, r.concurrency) for i, r in doc.routes]
+    # A gate Envoy enforces is not split between ext_proc replicas.
+    gates += [
+        ("routes", i, r.concurrency) for i, r in doc.routes if LANE_FAST not in _gate_lanes(doc, r)
+    ]
     for section, index, concurrency in gates:
         if concurrency is None:
             continue
@@ -571,10 +574,11 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
     itself, every key of every tenant (so each needs its `secret`), and it limits
     fast-lane (and `auto`) tenants and keys, and routes' models, with token buckets
     (whole-second refills, uint32 sizes). It cannot enforce providers' limits nor
-    concurrency gates, which a `fast` tenant's requests (or, without tenants, every
-    request) would pass unchecked, nor routes' limits beside exact-lane or `auto` tenants
-    (each lane would count a model apart). An `auto` tenant's requests for a model under
-    those take the routing stage (model.Route.held_in_exact_lane)."""
+    providers' concurrency gates, which a `fast` tenant's requests (or, without tenants,
+    every request) would pass unchecked, nor routes' limits beside exact-lane or `auto`
+    tenants (each lane would count a model apart). An `auto` tenant's requests for a model
+    under those take the routing stage (model.Route.held_in_exact_lane). Routes' gates:
+    check_fast_lane_gates."""
     if doc.admission is None or not uses_fast_lane(doc):
         return
     where: KeyPath = (
@@ -605,10 +609,9 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
         if exact and any(route.rate_limits for _, route in doc.routes):
             # Each lane would count the model apart: up to twice its limit.
             found.append("routes' per-model rate limits beside exact-lane or auto tenants")
-        if any(route.concurrency for _, route in doc.routes) or any(
-            provider.concurrency for _, provider in doc.providers
-        ):
-            found.append("concurrency gates")
+        if any(provider.concurrency for _, provider in doc.providers):
+            # Taken before Envoy picks a provider, across routes: no cluster holds it.
+            found.append("providers' concurrency gates")
     if unheld is not None and found:
         # Without tenants there is nobody to move, so `auto` is the fast lane too.
         named, instead = (LANE_FAST, "auto or exact") if doc.tenants else (lane, "exact")
@@ -650,6 +653,39 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
                 f"client key '{ref.key.name}' has no secret: with lane {lane} Envoy checks "
                 "every key itself, so it needs the key from `secret: {env: NAME}` or "
                 '`secret: {file: path}` (docs/fast-lane.md, "Keys")',
+            )
+
+
+def _gate_lanes(doc: Document, route: Route) -> frozenset[str]:
+    admission = doc.admission or Admission()
+    return admission.lanes_at_gate([tenant for _, tenant in doc.tenants], route.models)
+
+
+def check_fast_lane_gates(doc: Document, at: Locator) -> Iterable[Problem]:
+    """A route's gate is enforced in one place (config.Admission.lanes_at_gate): by Envoy
+    when only fast-lane requests reach it, counting requests in flight (its circuit
+    breakers count no tokens), else by the routing stage, which no `fast` tenant's request
+    passes (docs/fast-lane.md, "Gates in the fast lane")."""
+    for r, route in doc.routes:
+        gate = route.concurrency
+        lanes = _gate_lanes(doc, route)
+        if gate is None or LANE_FAST not in lanes:
+            continue
+        if LANE_EXACT in lanes:
+            yield at.error(
+                ("routes", r, "concurrency"),
+                f"route '{route.name}'s gate is reached by fast-lane requests and by "
+                "exact-lane ones (an `auto` tenant's requests for a gated model take the "
+                "exact lane): Envoy enforces a gate for the fast lane, the routing stage "
+                "for the exact lane, and one gate cannot be both; give the tenants that "
+                "use its models one lane, or limit their `models` (docs/fast-lane.md)",
+            )
+        elif gate.max_tokens is not None:
+            yield at.error(
+                ("routes", r, "concurrency", "max_tokens"),
+                f"route '{route.name}'s gate is Envoy's (only fast-lane requests reach "
+                "it), which counts requests in flight, not tokens: use max_requests "
+                "(docs/fast-lane.md)",
             )
 
 
@@ -824,6 +860,7 @@ RULES: tuple[Rule, ...] = (
     check_resilience,
     check_admission,
     check_lane,
+    check_fast_lane_gates,
     check_auto_lane,
     check_tenants,
     check_client_keys,

@@ -46,6 +46,82 @@ class Gate:
 
 
 @dataclass(frozen=True, slots=True)
+class EnvoyGate:
+    """A route's gate as Envoy enforces it, when only fast-lane requests reach it
+    (config.Admission.lanes_at_gate): the route cluster's circuit breakers at two of
+    Envoy's routing priorities, each its own partition of the gate, FIFO within
+    (docs/fast-lane.md, "Gates in the fast lane"). `top_class`'s requests take Envoy's
+    HIGH priority and the headroom's share; every other request DEFAULT and the rest.
+    Without a tenant of the top class among those allowed the route's models (none
+    without tenants), or when the headroom rounds to nothing, there is no split: every
+    request is DEFAULT and holds the whole gate."""
+
+    requests: int  # DEFAULT's in flight
+    queue: int  # DEFAULT's classes' queues (`max_queue` summed, at most `max_queued`)
+    top_class: str | None = None
+    top_requests: int = 0  # HIGH's in flight
+    top_queue: int = 0  # HIGH's class's queue
+
+    # Envoy counts a request waiting for its connection to open as pending: on cold
+    # connections (none yet, or closed after `idle_timeout`) a burst is all pending at
+    # first, and a pending limit of the queue alone would refuse it under the gate. So a
+    # partition's pending limit is its queue plus its share in flight, and warm, up to
+    # that many wait.
+
+    @property
+    def pending(self) -> int:
+        """DEFAULT's waiting requests at most (Envoy's `max_pending_requests`)."""
+        return self.queue + self.requests
+
+    @property
+    def top_pending(self) -> int:
+        """HIGH's waiting requests at most."""
+        return self.top_queue + self.top_requests
+
+    def describe(self) -> str:
+        """The partitions, for `sluicegate validate`."""
+        if self.top_class is None:
+            return f"{self.requests} in flight, up to {self.pending} waiting (FIFO)"
+        return (
+            f"class {self.top_class}: {self.top_requests} in flight, up to "
+            f"{self.top_pending} waiting; the other classes: {self.requests} in flight, up "
+            f"to {self.pending} waiting (FIFO within each)"
+        )
+
+
+def resolve_envoy_gate(
+    route: config.Route, admission: config.Admission, tenants: Sequence[config.Tenant]
+) -> EnvoyGate | None:
+    """The route's gate in Envoy, or None: no gate, or one the routing stage enforces."""
+    gate = route.concurrency
+    if gate is None or gate.max_requests is None:
+        return None
+    if admission.lanes_at_gate(tenants, route.models) != {config.LANE_FAST}:
+        return None
+    classes = admission.priority_classes
+
+    def bounded(queue: int) -> int:
+        return queue if admission.max_queued is None else min(queue, admission.max_queued)
+
+    everyone = bounded(sum(item.max_queue for item in classes))
+    lower = config.lower_class_share(gate.max_requests, gate.headroom)
+    top = classes[0].name
+    # The top class's share only where a tenant may ask for it.
+    tops = [
+        t for t in admission.tenants_of(tenants, route.models) if admission.priority_of(t) == top
+    ]
+    if not tops or len(classes) == 1 or lower >= gate.max_requests:
+        return EnvoyGate(requests=gate.max_requests, queue=everyone)
+    return EnvoyGate(
+        requests=lower,
+        queue=bounded(sum(item.max_queue for item in classes[1:])),
+        top_class=top,
+        top_requests=gate.max_requests - lower,
+        top_queue=bounded(classes[0].max_queue),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     """Requests for `models` under `path_prefix`, served by one cluster of providers."""
 
@@ -63,6 +139,9 @@ class Route:
     rate_limits: config.RateLimits | None = None
     default_max_tokens: int = 1024
     concurrency: config.Concurrency | None = None
+    # The gate as Envoy enforces it, when only the fast lane reaches it; the routing stage
+    # then takes it for no request (`gates`).
+    envoy_gate: EnvoyGate | None = None
     # The route's provider when the config gives it one only. Drains do not change it:
     # a provider's gate and limits follow the file, the same in every ext_proc replica.
     sole_provider: Provider | None = None
@@ -88,7 +167,7 @@ class Route:
         (a provider's gate is taken before Envoy picks among a route's providers, so it
         covers only the routes that send to that provider alone)."""
         gates = []
-        if self.concurrency is not None:
+        if self.concurrency is not None and self.envoy_gate is None:
             gates.append(Gate(gate_name("route", self.name), self.concurrency))
         only = self.sole_provider
         if only is not None and only.concurrency is not None:
@@ -102,7 +181,7 @@ class Route:
         cannot enforce. An `auto` tenant's requests for its models take the exact lane
         whatever the tenant's lane (docs/fast-lane.md, "Models held in the exact lane")."""
         only = self.sole_provider
-        if self.concurrency is not None:
+        if self.concurrency is not None and self.envoy_gate is None:
             return f"route {self.name}'s concurrency gate"
         if only is not None and only.concurrency is not None:
             return f"provider {only.name}'s concurrency gate"
@@ -231,6 +310,7 @@ def resolve_route(
     defaults: config.Resilience,
     admission: config.Admission,
     drained: AbstractSet[str] = frozenset(),
+    tenants: Sequence[config.Tenant] = (),
 ) -> tuple[Route, str | None]:
     """One configured route, its backends resolved (validation made every name known),
     and a warning when draining could not apply to it.
@@ -263,6 +343,7 @@ def resolve_route(
         rate_limits=route.rate_limits,
         default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
         concurrency=route.concurrency,
+        envoy_gate=resolve_envoy_gate(route, admission, tenants),
         sole_provider=providers[configured.pop()] if len(configured) == 1 else None,
         scenario=route.scenario or config.DEFAULT_SCENARIO,
         routing=route.routing,

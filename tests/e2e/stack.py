@@ -21,6 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate import wire
+from sluicegate.config import hash_key
 from sluicegate.testing import alive, children_of, quickstart_on_free_ports
 from sluicegate.testing.recorded_stack import stop_recorded_stack
 from tests.ports import free_ports
@@ -117,6 +118,47 @@ class Stack:
         with urllib.request.urlopen(url, timeout=5) as response:
             last: dict[str, Any] = json.load(response)["last_request"]
         return last
+
+
+def keyed_tenant(tmp: Path, name: str, key: str, **extra: Any) -> dict[str, Any]:
+    """A tenant `name` whose one key `<name>-key` is `key`, its hash in the config and
+    its secret in `tmp`/keys/<name>.client (the fast lane's Envoy checks it itself)."""
+    (tmp / "keys").mkdir(exist_ok=True)
+    (tmp / "keys" / f"{name}.client").write_text(key + "\n")
+    secret = {"file": f"keys/{name}.client"}
+    return {
+        "name": name,
+        "keys": [{"name": f"{name}-key", "hash": hash_key(key), "secret": secret}],
+        **extra,
+    }
+
+
+class Answer:
+    """A gateway's answer: status, headers and body text."""
+
+    def __init__(self, status: int, headers: Any, text: str) -> None:
+        self.status, self.headers, self.text = status, headers, text
+
+    @property
+    def error(self) -> dict[str, Any]:
+        """Its OpenAI error object (the body must be JSON)."""
+        assert self.headers["content-type"].startswith("application/json"), self.text
+        error: dict[str, Any] = json.loads(self.text)["error"]
+        return error
+
+
+def post_chat(stack: Stack, body: dict[str, Any], headers: dict[str, str]) -> Answer:
+    """POST `body` to the gateway's chat completions, an error answer included."""
+    request = urllib.request.Request(
+        stack.gateway + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", **headers},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return Answer(response.status, response.headers, response.read().decode())
+    except urllib.error.HTTPError as err:
+        return Answer(err.code, err.headers, err.read().decode())
 
 
 def _wait_serving(stack: Stack, timeout_s: float) -> None:

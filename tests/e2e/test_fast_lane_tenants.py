@@ -9,7 +9,6 @@ is OpenAI's JSON.
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.error
 import urllib.request
@@ -20,9 +19,8 @@ from typing import Any
 import pytest
 
 from sluicegate import wire
-from sluicegate.config import hash_key
 from sluicegate.testing import quickstart_on_free_ports
-from tests.e2e.stack import Stack, running_stack
+from tests.e2e.stack import Answer, Stack, keyed_tenant, post_chat, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -44,13 +42,7 @@ TOKENS_LIMIT = 100
 
 
 def _tenant(tmp: Path, name: str, **extra: Any) -> dict[str, Any]:
-    (tmp / "keys" / f"{name}.client").write_text(KEYS[name] + "\n")
-    key = {
-        "name": f"{name}-key",
-        "hash": hash_key(KEYS[name]),
-        "secret": {"file": f"keys/{name}.client"},
-    }
-    return {"name": name, "keys": [key], **extra}
+    return keyed_tenant(tmp, name, KEYS[name], **extra)
 
 
 def fast_lane_tenants(tmp: Path) -> dict[str, Any]:
@@ -84,28 +76,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running
 
 
-class Answer:
-    def __init__(self, status: int, headers: Any, text: str) -> None:
-        self.status, self.headers, self.text = status, headers, text
-
-    @property
-    def error(self) -> dict[str, Any]:
-        assert self.headers["content-type"].startswith("application/json"), self.text
-        error: dict[str, Any] = json.loads(self.text)["error"]
-        return error
-
-
 def _post(stack: Stack, body: dict[str, Any], **headers: str) -> Answer:
-    request = urllib.request.Request(
-        stack.gateway + "/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"content-type": "application/json", **headers},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return Answer(response.status, response.headers, response.read().decode())
-    except urllib.error.HTTPError as err:
-        return Answer(err.code, err.headers, err.read().decode())
+    return post_chat(stack, body, headers)
 
 
 def _chat(model: str = MODEL, **extra: Any) -> dict[str, Any]:
@@ -166,6 +138,7 @@ def test_a_client_may_ask_for_its_tenants_class_or_a_lower_one(stack: Stack) -> 
             "invalid_priority",
             wire.PRIORITY_HEADER,
         )
+
     def counted() -> tuple[float, float]:
         return (
             stack.metric_sum(REQUESTS, tenant="open", priority="batch", status_class="2xx"),

@@ -105,19 +105,24 @@ def test_models_under_what_only_the_routing_stage_enforces_are_held() -> None:
     }
 
 
-def test_beside_a_fast_tenant_a_gate_is_refused_at_its_lane() -> None:
-    text = CASES["auto_lane_held_models"][0] + (
+def test_a_gate_both_lanes_reach_is_refused_at_the_gate() -> None:
+    quick = (
         "  - name: quick\n"
         "    lane: fast\n"
         "    keys:\n"
         f'      - {{name: quick-ci, hash: "{hash_key("sk-sg-quick-0000000000000000")}", '
         "secret: {file: keys/acme-ci.key}}\n"
     )
+    text = CASES["auto_lane_held_models"][0] + quick
     problems = validate_text(text, str(case_path("auto_lane_held_models")), check_secrets=False)
-    (problem,) = [p for p in problems if "cannot enforce" in p.message]
-    assert problem.key_path == "tenants[1].lane"
-    assert "lane fast cannot enforce concurrency gates" in problem.message
-    assert "use lane: auto or exact" in problem.message
+    (problem,) = [p for p in problems if p.severity == "error"]
+    assert problem.key_path == "routes[1].concurrency"
+    assert "reached by fast-lane requests and by exact-lane ones" in problem.message
+    # Kept from the gated model, the fast tenant leaves the gate to the routing stage.
+    kept = text + "    models: [gpt-4o-mini]\n"
+    problems = validate_text(kept, str(case_path("auto_lane_held_models")), check_secrets=False)
+    assert [p for p in problems if p.severity == "error"] == []
+    assert _held(kept) == {"gpt-4o": "route gated's concurrency gate"}
 
 
 def _held(text: str) -> dict[str, str]:

@@ -10,9 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-# Absorbs binary float error in capacity * (1 - headroom): 10 * (1 - 0.9) is
-# 0.9999999999999998 in floats and must still give 1, not 0.
-_ROUNDING_SLACK = 1e-9
+from sluicegate.config import lower_class_share
 
 
 def _is_int(value: object) -> bool:
@@ -89,7 +87,7 @@ class Capacity(NamedTuple):
 def _share(capacity: int | None, headroom: float) -> int | None:
     if capacity is None:
         return None
-    return max(1, math.floor(capacity * (1.0 - headroom) + _ROUNDING_SLACK))
+    return lower_class_share(capacity, headroom)
 
 
 def class_capacity(policy: GatePolicy, rank: int) -> Capacity:

@@ -11,6 +11,14 @@ The retry budget replaces Envoy's fixed max_retries threshold (3): retries in fl
 be at most `percent` of the requests in flight (pending included), but always
 `min_concurrency`. A retry over budget is not made (stat upstream_rq_retry_overflow) and
 the client gets the last answer.
+
+A route's gate that Envoy enforces (model.EnvoyGate, docs/fast-lane.md "Gates in the fast
+lane") lowers the thresholds of Envoy's routing priorities: DEFAULT holds the gate (or the
+lower classes' share of it) and HIGH the top class's share, each with its own connections,
+requests and pending queue, which Envoy counts apart. On HTTP/1.1 a connection carries
+one request, so a request over the connections waits in the pending queue (FIFO) and one
+over the queue is refused at once (UO, `upstream_overflow`); on HTTP/2 `max_requests`
+refuses at once.
 """
 
 from __future__ import annotations
@@ -27,31 +35,60 @@ Thresholds = circuit_breaker_pb2.CircuitBreakers.Thresholds
 
 def circuit_breakers(route: Route) -> circuit_breaker_pb2.CircuitBreakers:
     pool = route.settings.pool
-    budget = route.settings.retries.budget
-
-    def u32(value: int) -> wrappers_pb2.UInt32Value:
-        return wrappers_pb2.UInt32Value(value=value)
-
+    gate = route.envoy_gate
     breakers = circuit_breaker_pb2.CircuitBreakers(
         thresholds=[
-            Thresholds(
-                priority=base_pb2.DEFAULT,
-                max_connections=u32(pool.max_connections),
-                max_pending_requests=u32(pool.max_pending_requests),
-                max_requests=u32(pool.max_requests),
-                retry_budget=Thresholds.RetryBudget(
-                    budget_percent=percent_pb2.Percent(value=budget.percent),
-                    min_retry_concurrency=u32(budget.min_concurrency),
-                ),
-                # remaining_* gauges in /stats: how close the route is to each limit.
-                track_remaining=True,
-            )
+            _thresholds(
+                route, base_pb2.DEFAULT, None if gate is None else (gate.requests, gate.pending)
+            ),
         ]
     )
+    if gate is not None and gate.top_class is not None:
+        top = (gate.top_requests, gate.top_pending)
+        breakers.thresholds.append(_thresholds(route, base_pb2.HIGH, top))
     if pool.max_connections_per_provider:
-        breakers.per_host_thresholds.append(
-            Thresholds(
-                priority=base_pb2.DEFAULT, max_connections=u32(pool.max_connections_per_provider)
+        for thresholds in breakers.thresholds:
+            breakers.per_host_thresholds.append(
+                Thresholds(
+                    priority=thresholds.priority,
+                    max_connections=_u32(pool.max_connections_per_provider),
+                )
             )
-        )
     return breakers
+
+
+def _thresholds(
+    route: Route, priority: base_pb2.RoutingPriority.ValueType, gate: tuple[int, int] | None
+) -> circuit_breaker_pb2.CircuitBreakers.Thresholds:
+    """One priority's limits: the pool's, lowered to the gate's `(in flight, waiting)`
+    share (model.EnvoyGate.pending says why waiting counts the share in flight too). The
+    pending queue keeps at least 1: every request waits there while its connection is
+    being made."""
+    pool = route.settings.pool
+    budget = route.settings.retries.budget
+    connections, pending, requests = (
+        pool.max_connections,
+        pool.max_pending_requests,
+        pool.max_requests,
+    )
+    if gate is not None:
+        in_flight, waiting = gate
+        connections = min(connections, in_flight)
+        requests = min(requests, in_flight)
+        pending = max(1, min(pending, waiting))
+    return Thresholds(
+        priority=priority,
+        max_connections=_u32(connections),
+        max_pending_requests=_u32(pending),
+        max_requests=_u32(requests),
+        retry_budget=Thresholds.RetryBudget(
+            budget_percent=percent_pb2.Percent(value=budget.percent),
+            min_retry_concurrency=_u32(budget.min_concurrency),
+        ),
+        # remaining_* gauges in /stats: how close the route is to each limit.
+        track_remaining=True,
+    )
+
+
+def _u32(value: int) -> wrappers_pb2.UInt32Value:
+    return wrappers_pb2.UInt32Value(value=value)

@@ -136,12 +136,24 @@ def _metadata_match(key: str, value: value_pb2.ValueMatcher) -> metadata_pb2.Met
     )
 
 
-def model_routes(plain: rc.Route, twin: rc.Route, model: str) -> list[rc.Route]:
+def model_routes(
+    plain: rc.Route, twin: rc.Route, model: str, top_class: str | None = None
+) -> list[rc.Route]:
     """A model's stream twin and plain route (streams.py) matched on the metadata the model
-    reader wrote instead of the routing stage's headers."""
+    reader wrote instead of the routing stage's headers; with `top_class` (a gate Envoy
+    enforces, model.EnvoyGate), each first for that class's requests at Envoy's HIGH
+    routing priority, whose circuit breakers hold the class's share of the gate."""
     exact = value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=model))
     by_model = _metadata_match(wire.META_MODEL, exact)
     streamed = _metadata_match(wire.META_STREAM, value_pb2.ValueMatcher(bool_match=True))
+    top = (
+        None
+        if top_class is None
+        else _metadata_match(
+            wire.META_PRIORITY,
+            value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=top_class)),
+        )
+    )
     routes = []
     for base, matches in ((twin, [by_model, streamed]), (plain, [by_model])):
         route = rc.Route()
@@ -149,6 +161,12 @@ def model_routes(plain: rc.Route, twin: rc.Route, model: str) -> list[rc.Route]:
         route.match.ClearField("headers")
         del route.request_headers_to_remove[:]
         route.match.dynamic_metadata.extend(matches)
+        if top is not None:
+            high = rc.Route()
+            high.CopyFrom(route)
+            high.match.dynamic_metadata.append(top)
+            high.route.priority = base_pb2.HIGH
+            routes.append(high)
         routes.append(route)
     return routes
 

@@ -39,6 +39,7 @@ def route_key(
         route.path_prefix,
         tuple(backends),
         route.fault,
+        route.envoy_gate,
         route.settings.model_dump_json(),
         limits,
     )

@@ -221,7 +221,8 @@ def _model_routes(
         if by_headers:
             routes.extend((twin, plain))
         if by_metadata:
-            routes.extend(model_routes(plain, twin, model))
+            gate = route.envoy_gate
+            routes.extend(model_routes(plain, twin, model, gate.top_class if gate else None))
     return routes
 
 
