@@ -101,6 +101,11 @@ class PriorityClass(_Section):
     # Longest wait in the queue before the request is shed.
     max_wait: Duration = Field(ge=0)
 
+    @property
+    def queue_room(self) -> int:
+        """How many of it may wait at a gate: `max_queue`, none when `max_wait` is 0."""
+        return self.max_queue if self.max_wait > 0 else 0
+
 
 def _default_classes() -> list[PriorityClass]:
     # Written as in YAML: a Duration field reads "10s", and would refuse a bare 10000.
@@ -238,6 +243,10 @@ class Admission(_Section):
             LANE_FAST if self.lane_of(tenant) == LANE_FAST else LANE_EXACT
             for tenant in self.tenants_of(tenants, models)
         )
+
+    def gate_is_envoys(self, tenants: Sequence[Tenant], models: Iterable[str]) -> bool:
+        """Whether Envoy enforces the gate of a route serving `models` (`lanes_at_gate`)."""
+        return self.lanes_at_gate(tenants, models) == {LANE_FAST}
 
     def tenants_of(self, tenants: Sequence[Tenant], models: Iterable[str]) -> list[Tenant]:
         """The tenants allowed one of `models` (a route's)."""

@@ -112,13 +112,15 @@ def resolve_tenants(cfg: config.Config) -> tuple[Tenant, ...]:
 
 
 def resolve_admission(cfg: config.Config) -> Admission:
-    """Admission is on once an exact-lane tenant, a rate limit or a concurrency gate is
-    declared (validation refuses gates, providers' limits, and routes' limits beside
-    exact-lane tenants, in a gateway with a fast lane: config rule check_lane)."""
+    """Admission is on once an exact-lane tenant, a rate limit or a concurrency gate the
+    routing stage enforces is declared (validation refuses providers' gates and limits,
+    routes' limits beside exact-lane tenants, and a route's gate both lanes reach, in a
+    gateway with a fast lane: config rules check_lane and check_fast_lane_gates)."""
     section = cfg.admission
-    gated = any(route.concurrency is not None for route in cfg.routes) or any(
-        provider.concurrency is not None for provider in cfg.providers
-    )
+    gated = any(
+        route.concurrency is not None and not section.gate_is_envoys(cfg.tenants, route.models)
+        for route in cfg.routes
+    ) or any(provider.concurrency is not None for provider in cfg.providers)
     waits = [klass.max_wait for klass in section.priority_classes] if gated else []
     # An `auto` tenant is in both lanes' lists: either may decide its requests, and
     # neither lane's filters come or go when it moves (docs/fast-lane.md, "The auto lane").

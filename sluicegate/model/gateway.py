@@ -186,7 +186,7 @@ def build_model(
     providers = {p.name: resolve_provider(p, api_keys.get(p.name)) for p in cfg.providers}
     drained = set(drained) | {p.name for p in cfg.providers if p.drain}
     resolved = [
-        resolve_route(route, providers, cfg.defaults, cfg.admission, drained, cfg.tenants)
+        resolve_route(route, providers, cfg.defaults, cfg.admission, cfg.tenants, drained)
         for route in cfg.routes
     ]
     admission = resolve_admission(cfg)

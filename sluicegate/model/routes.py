@@ -48,76 +48,72 @@ class Gate:
 @dataclass(frozen=True, slots=True)
 class EnvoyGate:
     """A route's gate as Envoy enforces it, when only fast-lane requests reach it
-    (config.Admission.lanes_at_gate): the route cluster's circuit breakers at two of
-    Envoy's routing priorities, each its own partition of the gate, FIFO within
+    (config.Admission.gate_is_envoys): the route cluster's circuit breakers at two of
+    Envoy's routing priorities, each its own partition of the gate
     (docs/fast-lane.md, "Gates in the fast lane"). `top_class`'s requests take Envoy's
     HIGH priority and the headroom's share; every other request DEFAULT and the rest.
-    Without a tenant of the top class among those allowed the route's models (none
-    without tenants), or when the headroom rounds to nothing, there is no split: every
-    request is DEFAULT and holds the whole gate."""
+    With one partition (`top_class` None) every request is DEFAULT and holds the whole
+    gate. The figures are the limits Envoy is given, the pool's already applied."""
 
     requests: int  # DEFAULT's in flight
-    queue: int  # DEFAULT's classes' queues (`max_queue` summed, at most `max_queued`)
+    pending: int  # DEFAULT's waiting at most (Envoy's max_pending_requests)
     top_class: str | None = None
     top_requests: int = 0  # HIGH's in flight
-    top_queue: int = 0  # HIGH's class's queue
-
-    # Envoy counts a request waiting for its connection to open as pending: on cold
-    # connections (none yet, or closed after `idle_timeout`) a burst is all pending at
-    # first, and a pending limit of the queue alone would refuse it under the gate. So a
-    # partition's pending limit is its queue plus its share in flight, and warm, up to
-    # that many wait.
-
-    @property
-    def pending(self) -> int:
-        """DEFAULT's waiting requests at most (Envoy's `max_pending_requests`)."""
-        return self.queue + self.requests
-
-    @property
-    def top_pending(self) -> int:
-        """HIGH's waiting requests at most."""
-        return self.top_queue + self.top_requests
+    top_pending: int = 0  # HIGH's waiting at most
 
     def describe(self) -> str:
         """The partitions, for `sluicegate validate`."""
         if self.top_class is None:
-            return f"{self.requests} in flight, up to {self.pending} waiting (FIFO)"
+            return f"{self.requests} in flight, up to {self.pending} waiting"
         return (
             f"class {self.top_class}: {self.top_requests} in flight, up to "
             f"{self.top_pending} waiting; the other classes: {self.requests} in flight, up "
-            f"to {self.pending} waiting (FIFO within each)"
+            f"to {self.pending} waiting"
         )
 
 
 def resolve_envoy_gate(
-    route: config.Route, admission: config.Admission, tenants: Sequence[config.Tenant]
+    route: config.Route,
+    pool: config.Pool,
+    admission: config.Admission,
+    tenants: Sequence[config.Tenant],
 ) -> EnvoyGate | None:
-    """The route's gate in Envoy, or None: no gate, or one the routing stage enforces."""
+    """The route's gate in Envoy, or None: no gate, or one the routing stage enforces.
+
+    The gate is first bounded by the route's pool (`pool` covers the whole route), then
+    split: two partitions only when the tenants allowed its models include one of the
+    top class and one of a lower class (else a HIGH share alone, or a DEFAULT share
+    alone, would sit idle). A partition's pending limit is its classes' queues plus its
+    share in flight: Envoy counts a request waiting for its connection to open as
+    pending, so on cold connections (none yet, or closed after `idle_timeout`) a burst
+    is all pending at first, and the queues alone would refuse it under the gate. The
+    pool's pending limit is split as the gate is, by the shares in flight."""
     gate = route.concurrency
     if gate is None or gate.max_requests is None:
         return None
-    if admission.lanes_at_gate(tenants, route.models) != {config.LANE_FAST}:
+    if not admission.gate_is_envoys(tenants, route.models):
         return None
     classes = admission.priority_classes
+    total = min(gate.max_requests, pool.max_requests, pool.max_connections)
+    room = pool.max_pending_requests
 
-    def bounded(queue: int) -> int:
-        return queue if admission.max_queued is None else min(queue, admission.max_queued)
+    def queued(items: Sequence[config.PriorityClass]) -> int:
+        waiting = sum(item.queue_room for item in items)
+        return waiting if admission.max_queued is None else min(waiting, admission.max_queued)
 
-    everyone = bounded(sum(item.max_queue for item in classes))
-    lower = config.lower_class_share(gate.max_requests, gate.headroom)
+    lower = config.lower_class_share(total, gate.headroom)
     top = classes[0].name
-    # The top class's share only where a tenant may ask for it.
-    tops = [
-        t for t in admission.tenants_of(tenants, route.models) if admission.priority_of(t) == top
-    ]
-    if not tops or len(classes) == 1 or lower >= gate.max_requests:
-        return EnvoyGate(requests=gate.max_requests, queue=everyone)
+    defaults = {admission.priority_of(t) for t in admission.tenants_of(tenants, route.models)}
+    if lower >= total or top not in defaults or not defaults - {top}:
+        return EnvoyGate(requests=total, pending=min(queued(classes) + total, room))
+    top_requests = total - lower
+    top_room = max(1, room * top_requests // total)
     return EnvoyGate(
         requests=lower,
-        queue=bounded(sum(item.max_queue for item in classes[1:])),
+        pending=min(queued(classes[1:]) + lower, max(1, room - top_room)),
         top_class=top,
-        top_requests=gate.max_requests - lower,
-        top_queue=bounded(classes[0].max_queue),
+        top_requests=top_requests,
+        top_pending=min(queued(classes[:1]) + top_requests, top_room),
     )
 
 
@@ -309,8 +305,8 @@ def resolve_route(
     providers: Mapping[str, Provider],
     defaults: config.Resilience,
     admission: config.Admission,
+    tenants: Sequence[config.Tenant],
     drained: AbstractSet[str] = frozenset(),
-    tenants: Sequence[config.Tenant] = (),
 ) -> tuple[Route, str | None]:
     """One configured route, its backends resolved (validation made every name known),
     and a warning when draining could not apply to it.
@@ -333,17 +329,18 @@ def resolve_route(
         key=lambda b: (b.priority, b.provider.name),
     )
     configured = {backend.provider for backend in route.backends}
+    settings = config.effective(defaults, route)
     resolved = Route(
         name=route.name,
         models=tuple(dict.fromkeys(route.models)),
         path_prefix=config.normalize_path_prefix(route.path_prefix),
         backends=tuple(backends),
-        settings=config.effective(defaults, route),
+        settings=settings,
         fault=route.fault,
         rate_limits=route.rate_limits,
         default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
         concurrency=route.concurrency,
-        envoy_gate=resolve_envoy_gate(route, admission, tenants),
+        envoy_gate=resolve_envoy_gate(route, settings.pool, admission, tenants),
         sole_provider=providers[configured.pop()] if len(configured) == 1 else None,
         scenario=route.scenario or config.DEFAULT_SCENARIO,
         routing=route.routing,

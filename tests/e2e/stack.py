@@ -40,7 +40,7 @@ DEMO_KEY = "sk-sluicegate-demo"  # the quickstart's demo tenant's (examples/quic
 def quickstart_with_envoy_keys(tmp: Path) -> dict[str, Any]:
     """The quickstart on free ports, ready for Envoy's key check (the fast and auto
     lanes): the demo key's `secret` in a file of the test's own, and no concurrency gates
-    (a `fast` tenant cannot have them)."""
+    (an `auto` tenant's requests for a gated model would take the exact lane)."""
     doc = quickstart_on_free_ports(tmp)
     for route in doc["routes"]:
         route.pop("concurrency", None)

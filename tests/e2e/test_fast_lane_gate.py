@@ -268,6 +268,31 @@ def test_the_top_class_keeps_its_share_while_the_default_one_is_full(stack: Stac
     assert _ext_proc_streams(stack) == 0
 
 
+@pytest.mark.e2e
+def test_two_envoy_workers_never_pass_the_gate(tmp_path: Path) -> None:
+    """With 2 Envoy workers (`sluicegate up`'s default) each worker has its own
+    connection pools, so which requests wait and which are refused depends on the worker
+    they reach (docs/fast-lane.md, "Gates in the fast lane"); the partitions' bounds in
+    flight are the route's and hold: the flood's share alone, then both shares, never
+    more, and every refusal is the gate's 503."""
+    with running_stack(tmp_path, fast_lane_gate(tmp_path), "--envoy-concurrency", "2") as two:
+        _mock(two, "/mock/config", {"ttft_ms": SLOW_MS, "output_tokens": 1})
+        _mock(two, "/mock/reset", {})
+        with ThreadPoolExecutor(FLOOD) as pool:
+            flood = _results([pool.submit(_post, two, "flood") for _ in range(FLOOD)])
+        _assert_overflows(flood)
+        assert _statuses(flood)[200] >= DEFAULT_IN_FLIGHT
+        assert _mock(two, "/mock/stats")["max_in_flight"] <= DEFAULT_IN_FLIGHT
+        with ThreadPoolExecutor(2 * FLOOD) as pool:
+            both = [pool.submit(_post, two, tenant) for tenant in ("flood", "vip") * FLOOD]
+            answers = _results(both)
+        _assert_overflows(answers)
+        vip = answers[1::2]
+        assert _statuses(vip)[200] >= HIGH_IN_FLIGHT
+        assert _mock(two, "/mock/stats")["max_in_flight"] <= GATE
+        assert _ext_proc_streams(two) == 0
+
+
 # ----- validation: a gate reached by both lanes is refused ---------------------------
 
 

@@ -43,28 +43,60 @@ def _gate(text: str) -> EnvoyGate | None:
 
 def test_a_top_class_tenant_gets_the_headroom_at_high_priority() -> None:
     text = GATED + "tenants:\n" + _tenant("vip", "    priority: interactive\n") + _tenant("bulk")
-    # 8 * (1 - 0.25) = 6 for the lower classes (queues 128 + 256), 2 for interactive (64).
+    # 8 * (1 - 0.25) = 6 for the lower classes, 2 for interactive; each waits its classes'
+    # queues (128 + 256; 64) plus its share in flight (Envoy counts a request waiting for
+    # its connection to open as pending).
     assert _gate(text) == EnvoyGate(
-        requests=6, queue=384, top_class="interactive", top_requests=2, top_queue=64
+        requests=6, pending=390, top_class="interactive", top_requests=2, top_pending=66
     )
     bounded = text.replace("  lane: fast\n", "  lane: fast\n  max_queued: 100\n")
-    gate = _gate(bounded)
-    assert gate == EnvoyGate(
-        requests=6, queue=100, top_class="interactive", top_requests=2, top_queue=64
+    assert _gate(bounded) == EnvoyGate(
+        requests=6, pending=106, top_class="interactive", top_requests=2, top_pending=66
     )
-    # Envoy's pending limits: a request waiting for its connection to open is pending.
-    assert (gate.pending, gate.top_pending) == (106, 66)
 
 
-def test_without_a_top_class_tenant_the_whole_gate_is_one_partition() -> None:
+def test_a_class_that_never_waits_adds_no_queue() -> None:
+    # standard's max_wait 0: the routing stage never queues it either.
+    classes = (
+        "  lane: fast\n  priority_classes:\n"
+        "    - {name: interactive, max_queue: 5, max_wait: 10s}\n"
+        "    - {name: standard, max_queue: 100, max_wait: 0s}\n"
+    )
+    text = GATED.replace("  lane: fast\n", classes) + "tenants:\n"
+    text += _tenant("vip", "    priority: interactive\n") + _tenant("bulk")
+    assert _gate(text) == EnvoyGate(
+        requests=6, pending=6, top_class="interactive", top_requests=2, top_pending=7
+    )
+
+
+def test_the_pool_bounds_the_gate_before_it_is_split() -> None:
+    text = GATED + "tenants:\n" + _tenant("vip", "    priority: interactive\n") + _tenant("bulk")
+    pooled = text.replace(
+        "    concurrency: {max_requests: 8, headroom: 0.25}\n",
+        "    concurrency: {max_requests: 8, headroom: 0.25}\n"
+        "    pool: {max_connections: 4, max_pending_requests: 50}\n",
+    )
+    # A gate of 4 (the pool's connections): 3 and 1. The pool's 50 pending split alike:
+    # 12 (of the top class's 64 + 1) and 38 (of the others' 384 + 3).
+    assert _gate(pooled) == EnvoyGate(
+        requests=3, pending=38, top_class="interactive", top_requests=1, top_pending=12
+    )
+
+
+def test_without_tenants_of_both_the_top_and_a_lower_class_there_is_one_partition() -> None:
     # No tenant may ask for interactive: nobody would use a HIGH share.
-    assert _gate(GATED + "tenants:\n" + _tenant("bulk")) == EnvoyGate(requests=8, queue=448)
-    # Without tenants nobody has a class at all.
-    assert _gate(GATED) == EnvoyGate(requests=8, queue=448)
+    assert _gate(GATED + "tenants:\n" + _tenant("bulk")) == EnvoyGate(requests=8, pending=456)
+    # Every tenant interactive: a HIGH share alone would leave DEFAULT's idle.
+    top = "    priority: interactive\n"
+    vips = _tenant("vip", top) + _tenant("ace", top)
+    assert _gate(GATED + "tenants:\n" + vips) == EnvoyGate(requests=8, pending=456)
+    # Without tenants nobody has a class at all, under `fast` or `auto`.
+    assert _gate(GATED) == EnvoyGate(requests=8, pending=456)
+    assert _gate(GATED.replace("lane: fast", "lane: auto")) == EnvoyGate(requests=8, pending=456)
     # A headroom that rounds to no slot leaves one partition too.
     small = GATED.replace("{max_requests: 8, headroom: 0.25}", "{max_requests: 1, headroom: 0.5}")
-    vip = _tenant("vip", "    priority: interactive\n")
-    assert _gate(small + "tenants:\n" + vip) == EnvoyGate(requests=1, queue=448)
+    both = _tenant("vip", "    priority: interactive\n") + _tenant("bulk")
+    assert _gate(small + "tenants:\n" + both) == EnvoyGate(requests=1, pending=449)
 
 
 def test_a_gate_the_exact_lane_reaches_stays_the_routing_stage_s() -> None:

@@ -63,6 +63,12 @@ def _edits(doc: dict[str, Any]) -> list[dict[str, Any]]:
     extra["models"] = ["extra-model"]
     added["routes"].append(extra)
     edits.append(added)
+    if doc.get("tenants"):
+        # A tenant fewer can move a gate between Envoy and the routing stage, or unsplit
+        # Envoy's (model.EnvoyGate): the route's cluster and model routes change with it.
+        fewer = copy.deepcopy(doc)
+        fewer["tenants"].pop(0)
+        edits.append(fewer)
     return edits
 
 

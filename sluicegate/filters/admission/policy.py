@@ -137,7 +137,7 @@ def admission_policy(gateway: Gateway) -> AdmissionPolicy:
     class_policies = tuple(
         ClassPolicy(
             name=item.name,
-            max_queue=item.max_queue if item.max_wait > 0 else 0,
+            max_queue=item.queue_room,
             max_wait_s=item.max_wait / 1000 if item.max_wait > 0 else _NO_WAIT_S,
         )
         for item in admission.priority_classes

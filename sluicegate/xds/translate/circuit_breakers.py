@@ -13,9 +13,10 @@ be at most `percent` of the requests in flight (pending included), but always
 the client gets the last answer.
 
 A route's gate that Envoy enforces (model.EnvoyGate, docs/fast-lane.md "Gates in the fast
-lane") lowers the thresholds of Envoy's routing priorities: DEFAULT holds the gate (or the
+lane") sets the thresholds of Envoy's routing priorities: DEFAULT holds the gate (or the
 lower classes' share of it) and HIGH the top class's share, each with its own connections,
-requests and pending queue, which Envoy counts apart. On HTTP/1.1 a connection carries
+requests and pending queue, which Envoy counts apart, route-wide (its connection pools
+are per worker, provider and priority). On HTTP/1.1 a connection carries
 one request, so a request over the connections waits in the pending queue (FIFO) and one
 over the queue is refused at once (UO, `upstream_overflow`); on HTTP/2 `max_requests`
 refuses at once.
@@ -60,10 +61,8 @@ def circuit_breakers(route: Route) -> circuit_breaker_pb2.CircuitBreakers:
 def _thresholds(
     route: Route, priority: base_pb2.RoutingPriority.ValueType, gate: tuple[int, int] | None
 ) -> circuit_breaker_pb2.CircuitBreakers.Thresholds:
-    """One priority's limits: the pool's, lowered to the gate's `(in flight, waiting)`
-    share (model.EnvoyGate.pending says why waiting counts the share in flight too). The
-    pending queue keeps at least 1: every request waits there while its connection is
-    being made."""
+    """One priority's limits: the pool's, or the gate's `(in flight, waiting)` share
+    (model.EnvoyGate, which applied the pool's already)."""
     pool = route.settings.pool
     budget = route.settings.retries.budget
     connections, pending, requests = (
@@ -72,10 +71,8 @@ def _thresholds(
         pool.max_requests,
     )
     if gate is not None:
-        in_flight, waiting = gate
-        connections = min(connections, in_flight)
-        requests = min(requests, in_flight)
-        pending = max(1, min(pending, waiting))
+        in_flight, pending = gate
+        connections = requests = in_flight
     return Thresholds(
         priority=priority,
         max_connections=_u32(connections),

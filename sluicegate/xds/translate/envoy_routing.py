@@ -6,7 +6,10 @@ body's `model` and `stream` into the `sluicegate` metadata namespace, names the 
 reader in wire.USAGE_HEADER and clears the route cache; the request re-matches here:
 
 - per model, its stream twin (metadata `stream` is `true`) and its plain route, matched
-  on metadata `model` instead of the routing stage's headers (streams.py);
+  on metadata `model` instead of the routing stage's headers (streams.py); on a route
+  whose gate Envoy enforces in two partitions, each preceded by its twin for the top
+  priority class (metadata `priority`), sent at Envoy's HIGH routing priority
+  (circuit_breakers.py);
 - per prefix, after every model route: each body problem the reader found, answered 400
   as the routing stage words it, a model the tenant may not use, 403, a priority class it
   may not ask for, 400, then a model no route serves, 404; OpenAI error JSON from Envoy

@@ -25,7 +25,9 @@ Order (first match wins):
 
 For the fast lane's requests (`lane: fast`, envoy_routing.py), 2 also matches the
 metadata Envoy's model reader wrote (instead of the headers, or beside them when some
-tenants are in the exact lane), and before each prefix's fallback (3) come its
+tenants are in the exact lane; with a twin of each for the top priority class before it
+where Envoy enforces the route's gate in two partitions), and before each prefix's
+fallback (3) come its
 `answered-<problem>` routes: the body problems the reader found (400), a model the
 tenant may not use (403) and a model no route serves (404).
 """

@@ -5,7 +5,8 @@ stream's headers come with its first token (seconds) and a non-streamed answer's
 it is complete (minutes): one value either leaves a hung provider too late for streams or
 cuts long non-streamed answers. Only the routing stage knows a request streams (the body's
 `"stream": true`); it says so in STREAM_HEADER when it sets the model header and clears
-the route cache, and the re-match lands on the twin, placed right before its plain route.
+the route cache, and the re-match lands on the twin, placed before its plain route
+(right before it, but for the fast lane's twins of the top class: envoy_routing.py).
 The twin is the plain route plus that header match, with `first_token` as per_try_timeout
 and the header removed before any attempt, so providers never see it.
 
