@@ -18,7 +18,8 @@ PROVIDER = "upstream"
 ROUTE = "bench"
 # Far above any load here: what is measured is the gate's cost, never a wait.
 GATE = {"max_requests": 100_000, "max_tokens": 10**10}
-# Envoy's gate counts requests only; each partition also keeps the pool's own limits.
+# Envoy's gate counts requests only; the pool's limits bound it and are split between its
+# partitions (model.EnvoyGate).
 FAST_GATE = {"max_requests": 100_000}
 
 

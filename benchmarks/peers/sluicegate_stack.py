@@ -60,8 +60,8 @@ FAST_ADMISSION: Final = (
     "local_ratelimit; the route's priority gate in Envoy (100,000 requests in flight, "
     "two partitions of the route cluster's circuit breakers: a second tenant `vip`, never "
     "calling, of the top class `interactive` holds 25 %, the tenant's class `standard` 75 "
-    "%, of the pool's 4,096 connections: 1,024 and 3,072 in flight, and of its 1,024 "
-    "pending 256 and 768); nothing reconciled"
+    "%, of the pool's 4,096 connections: DEFAULT 3,072 in flight and 768 pending, HIGH "
+    "1,024 and 256); nothing reconciled"
 )
 AUTO_ADMISSION: Final = (
     "as fast-admission without the gate and `vip` (an `auto` tenant's requests for a gated "

@@ -75,26 +75,35 @@ class EnvoyGate:
 def resolve_envoy_gate(
     route: config.Route,
     pool: config.Pool,
+    protocol: config.Protocol,
     admission: config.Admission,
     tenants: Sequence[config.Tenant],
 ) -> EnvoyGate | None:
     """The route's gate in Envoy, or None: no gate, or one the routing stage enforces.
 
-    The gate is first bounded by the route's pool (`pool` covers the whole route), then
-    split: two partitions only when the tenants allowed its models include one of the
-    top class and one of a lower class (else a HIGH share alone, or a DEFAULT share
-    alone, would sit idle). A partition's pending limit is its classes' queues plus its
-    share in flight: Envoy counts a request waiting for its connection to open as
-    pending, so on cold connections (none yet, or closed after `idle_timeout`) a burst
-    is all pending at first, and the queues alone would refuse it under the gate. The
-    pool's pending limit is split as the gate is, by the shares in flight."""
+    The gate is first bounded by the route's pool (`pool` covers the whole route; on
+    HTTP/1.1 a request holds a connection, so the connection limits bound it too, the
+    per-provider one counted once per provider, as Envoy counts a host's connections
+    across priorities), then split: two partitions only when the tenants allowed its
+    models include one of the top class and one of a lower class (else a HIGH share
+    alone, or a DEFAULT share alone, would sit idle). A partition's pending limit is its
+    classes' queues plus its share in flight: Envoy counts a request waiting for its
+    connection to open as pending, so on cold connections (none yet, or closed after
+    `idle_timeout`) a burst is all pending at first, and the queues alone would refuse
+    it under the gate. The pool's pending limit is split as the gate is, by the shares
+    in flight (one partition when it is too small to split)."""
     gate = route.concurrency
     if gate is None or gate.max_requests is None:
         return None
     if not admission.gate_is_envoys(tenants, route.models):
         return None
     classes = admission.priority_classes
-    total = min(gate.max_requests, pool.max_requests, pool.max_connections)
+    total = min(gate.max_requests, pool.max_requests)
+    if protocol == "http1":
+        total = min(total, pool.max_connections)
+        if pool.max_connections_per_provider:
+            providers = len({backend.provider for backend in route.backends})
+            total = min(total, pool.max_connections_per_provider * providers)
     room = pool.max_pending_requests
 
     def queued(items: Sequence[config.PriorityClass]) -> int:
@@ -104,7 +113,7 @@ def resolve_envoy_gate(
     lower = config.lower_class_share(total, gate.headroom)
     top = classes[0].name
     defaults = {admission.priority_of(t) for t in admission.tenants_of(tenants, route.models)}
-    if lower >= total or top not in defaults or not defaults - {top}:
+    if lower >= total or room < 2 or top not in defaults or not defaults - {top}:
         return EnvoyGate(requests=total, pending=min(queued(classes) + total, room))
     top_requests = total - lower
     top_room = max(1, room * top_requests // total)
@@ -340,7 +349,9 @@ def resolve_route(
         rate_limits=route.rate_limits,
         default_max_tokens=route.default_max_tokens or admission.default_max_tokens,
         concurrency=route.concurrency,
-        envoy_gate=resolve_envoy_gate(route, settings.pool, admission, tenants),
+        envoy_gate=resolve_envoy_gate(
+            route, settings.pool, providers[route.backends[0].provider].protocol, admission, tenants
+        ),
         sole_provider=providers[configured.pop()] if len(configured) == 1 else None,
         scenario=route.scenario or config.DEFAULT_SCENARIO,
         routing=route.routing,

@@ -5,7 +5,7 @@ with two `fast` tenants, one of the default class and one of the top class, and 
 Envoy enforces the gate with the route cluster's circuit breakers (model.EnvoyGate):
 DEFAULT priority holds the lower classes' share (2 in flight, a queue of 2), HIGH the
 top class's (2 in flight, a queue of 2); each priority's pending limit is its queue plus
-its share in flight (model.EnvoyGate.pending: a request waiting for its connection to
+its share in flight (model.resolve_envoy_gate: a request waiting for its connection to
 open is pending too). The mock provider answers slowly, so requests overlap; its
 `max_in_flight` (/mock/stats) shows what reached it at once. A request over its
 priority's in-flight share and pending limit is refused at once, 503 `upstream_overflow`
@@ -283,6 +283,14 @@ def test_two_envoy_workers_never_pass_the_gate(tmp_path: Path) -> None:
         _assert_overflows(flood)
         assert _statuses(flood)[200] >= DEFAULT_IN_FLIGHT
         assert _mock(two, "/mock/stats")["max_in_flight"] <= DEFAULT_IN_FLIGHT
+        # The flood reached both workers (each counts its own connections).
+        stats = two.admin_json("/stats?format=json&filter=worker_")["stats"]
+        busy = {
+            s["name"].split(".worker_")[1].split(".")[0]
+            for s in stats
+            if s.get("name", "").endswith(".downstream_cx_total") and s.get("value", 0) > 0
+        }
+        assert busy == {"0", "1"}, stats
         with ThreadPoolExecutor(2 * FLOOD) as pool:
             both = [pool.submit(_post, two, tenant) for tenant in ("flood", "vip") * FLOOD]
             answers = _results(both)

@@ -124,10 +124,9 @@ def kill_and_judge(stack: Stack, kind: str, name: str, *, break_restart: bool = 
     (now,) = [p for p in processes(stack, kind) if p["name"] == name]
     assert now["restarts"] >= 1, now
     assert not zombies_of(stack.process.pid)
-    status = sluicegate_status(stack)  # what it says if it never comes good: why first
-    assert wait_until(lambda: sluicegate_status(stack).returncode == 0, 10), (
-        status.stderr + status.stdout[-2000:]
-    )
+    if not wait_until(lambda: sluicegate_status(stack).returncode == 0, 10):
+        status = sluicegate_status(stack)
+        raise AssertionError(status.stderr + status.stdout[-2000:])  # why first
     assert f"{name} (pid {victim['pid']}) exited with status -9" in stack.log()
 
 

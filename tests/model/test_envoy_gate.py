@@ -135,3 +135,39 @@ def test_no_replica_share_warning_for_envoy_s_gate() -> None:
     exact = text.replace("  lane: fast\n", "  lane: exact\n")
     problems = validate_text(exact, "gate.yaml", check_secrets=False)
     assert [p for p in problems if "replicas each allow" in p.message]
+
+
+def test_connections_bound_the_gate_on_http1_only() -> None:
+    both = "tenants:\n" + _tenant("vip", "    priority: interactive\n") + _tenant("bulk")
+    one_connection = GATED.replace(
+        "    concurrency: {max_requests: 8, headroom: 0.25}\n",
+        "    concurrency: {max_requests: 8, headroom: 0.25}\n    pool: {max_connections: 1}\n",
+    )
+    # HTTP/1.1: a request per connection, so one connection is one request: one partition.
+    assert _gate(one_connection + both) == EnvoyGate(requests=1, pending=449)
+    http2 = one_connection.replace(
+        "    base_url: http://127.0.0.1:8001/v1\n",
+        "    base_url: http://127.0.0.1:8001/v1\n    protocol: http2\n",
+    )
+    # HTTP/2: one connection carries them all; the gate stays whole.
+    assert _gate(http2 + both) == EnvoyGate(
+        requests=6, pending=390, top_class="interactive", top_requests=2, top_pending=66
+    )
+    per_provider = GATED.replace(
+        "    concurrency: {max_requests: 8, headroom: 0.25}\n",
+        "    concurrency: {max_requests: 8, headroom: 0.25}\n"
+        "    pool: {max_connections_per_provider: 4}\n",
+    )
+    # One provider of 4 connections, whatever their priority: a gate of 4, 3 and 1.
+    assert _gate(per_provider + both) == EnvoyGate(
+        requests=3, pending=387, top_class="interactive", top_requests=1, top_pending=65
+    )
+
+
+def test_a_pending_limit_too_small_to_split_leaves_one_partition() -> None:
+    both = "tenants:\n" + _tenant("vip", "    priority: interactive\n") + _tenant("bulk")
+    tiny = GATED.replace(
+        "    concurrency: {max_requests: 8, headroom: 0.25}\n",
+        "    concurrency: {max_requests: 8, headroom: 0.25}\n    pool: {max_pending_requests: 1}\n",
+    )
+    assert _gate(tiny + both) == EnvoyGate(requests=8, pending=1)

@@ -17,7 +17,8 @@ lane") sets the thresholds of Envoy's routing priorities: DEFAULT holds the gate
 lower classes' share of it) and HIGH the top class's share, each with its own connections,
 requests and pending queue, which Envoy counts apart, route-wide (its connection pools
 are per worker, provider and priority). On HTTP/1.1 a connection carries
-one request, so a request over the connections waits in the pending queue (FIFO) and one
+one request, so a request over the connections waits in the pending queue (in arrival
+order, per worker and provider: its connection pool's) and one
 over the queue is refused at once (UO, `upstream_overflow`); on HTTP/2 `max_requests`
 refuses at once.
 """
@@ -72,7 +73,9 @@ def _thresholds(
     )
     if gate is not None:
         in_flight, pending = gate
-        connections = requests = in_flight
+        requests = in_flight
+        # On HTTP/2 a connection carries many requests: the pool's connections stay.
+        connections = in_flight if route.protocol == "http1" else min(connections, in_flight)
     return Thresholds(
         priority=priority,
         max_connections=_u32(connections),
