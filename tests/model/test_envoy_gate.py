@@ -35,6 +35,12 @@ def _tenant(name: str, extra: str = "") -> str:
     )
 
 
+def _pooled(text: str, pool: str) -> str:
+    """`text` with route local's `pool:` set to `pool` (a YAML flow mapping)."""
+    line = "    concurrency: {max_requests: 8, headroom: 0.25}\n"
+    return text.replace(line, f"{line}    pool: {pool}\n")
+
+
 def _gate(text: str) -> EnvoyGate | None:
     gateway = build_model(load_config_text(text, "gate.yaml"), {})
     (route,) = [route for route in gateway.routes if route.name == "local"]
@@ -71,11 +77,7 @@ def test_a_class_that_never_waits_adds_no_queue() -> None:
 
 def test_the_pool_bounds_the_gate_before_it_is_split() -> None:
     text = GATED + "tenants:\n" + _tenant("vip", "    priority: interactive\n") + _tenant("bulk")
-    pooled = text.replace(
-        "    concurrency: {max_requests: 8, headroom: 0.25}\n",
-        "    concurrency: {max_requests: 8, headroom: 0.25}\n"
-        "    pool: {max_connections: 4, max_pending_requests: 50}\n",
-    )
+    pooled = _pooled(text, "{max_connections: 4, max_pending_requests: 50}")
     # A gate of 4 (the pool's connections): 3 and 1. The pool's 50 pending split alike:
     # 12 (of the top class's 64 + 1) and 38 (of the others' 384 + 3).
     assert _gate(pooled) == EnvoyGate(
@@ -139,10 +141,7 @@ def test_no_replica_share_warning_for_envoy_s_gate() -> None:
 
 def test_connections_bound_the_gate_on_http1_only() -> None:
     both = "tenants:\n" + _tenant("vip", "    priority: interactive\n") + _tenant("bulk")
-    one_connection = GATED.replace(
-        "    concurrency: {max_requests: 8, headroom: 0.25}\n",
-        "    concurrency: {max_requests: 8, headroom: 0.25}\n    pool: {max_connections: 1}\n",
-    )
+    one_connection = _pooled(GATED, "{max_connections: 1}")
     # HTTP/1.1: a request per connection, so one connection is one request: one partition.
     assert _gate(one_connection + both) == EnvoyGate(requests=1, pending=449)
     http2 = one_connection.replace(
@@ -153,11 +152,7 @@ def test_connections_bound_the_gate_on_http1_only() -> None:
     assert _gate(http2 + both) == EnvoyGate(
         requests=6, pending=390, top_class="interactive", top_requests=2, top_pending=66
     )
-    per_provider = GATED.replace(
-        "    concurrency: {max_requests: 8, headroom: 0.25}\n",
-        "    concurrency: {max_requests: 8, headroom: 0.25}\n"
-        "    pool: {max_connections_per_provider: 4}\n",
-    )
+    per_provider = _pooled(GATED, "{max_connections_per_provider: 4}")
     # One provider of 4 connections, whatever their priority: a gate of 4, 3 and 1.
     assert _gate(per_provider + both) == EnvoyGate(
         requests=3, pending=387, top_class="interactive", top_requests=1, top_pending=65
@@ -166,8 +161,5 @@ def test_connections_bound_the_gate_on_http1_only() -> None:
 
 def test_a_pending_limit_too_small_to_split_leaves_one_partition() -> None:
     both = "tenants:\n" + _tenant("vip", "    priority: interactive\n") + _tenant("bulk")
-    tiny = GATED.replace(
-        "    concurrency: {max_requests: 8, headroom: 0.25}\n",
-        "    concurrency: {max_requests: 8, headroom: 0.25}\n    pool: {max_pending_requests: 1}\n",
-    )
+    tiny = _pooled(GATED, "{max_pending_requests: 1}")
     assert _gate(tiny + both) == EnvoyGate(requests=8, pending=1)
