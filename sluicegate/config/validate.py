@@ -175,8 +175,12 @@ def check_gate_shares(doc: Document, at: Locator) -> Iterable[Problem]:
         return
     gates = [("providers", i, p.concurrency) for i, p in doc.providers]
     # A gate Envoy enforces is not split between ext_proc replicas.
+    admission = doc.admission or Admission()
+    tenants = [tenant for _, tenant in doc.tenants]
     gates += [
-        ("routes", i, r.concurrency) for i, r in doc.routes if LANE_FAST not in _gate_lanes(doc, r)
+        ("routes", i, r.concurrency)
+        for i, r in doc.routes
+        if not admission.gate_is_envoys(tenants, r.models)
     ]
     for section, index, concurrency in gates:
         if concurrency is None:

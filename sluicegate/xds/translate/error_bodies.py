@@ -15,8 +15,6 @@ is wrapped costs one buffered round trip (errors are small).
 
 from __future__ import annotations
 
-from envoy.config.core.v3 import extension_pb2
-from envoy.extensions.filters.http.composite.v3 import composite_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -28,7 +26,7 @@ from sluicegate import wire
 from sluicegate.model import Limits
 
 from ._ext_proc import error_body_config
-from ._proto import COMPOSITE_FILTER, execute_filter, filter_with_matcher, pack
+from ._proto import Predicate, composite_filter, not_predicate, pack
 
 ERROR_BODY_FILTER = "sluicegate.error_body"
 # The composite filter's action that runs the wrapping filter.
@@ -60,31 +58,14 @@ def error_body_filter(limits: Limits) -> hcm_pb2.HttpFilter:
     """The composite filter that runs the wrapping filter for an error that is not JSON
     (module doc). A missing content-type does not match JSON, so an error without one is
     wrapped."""
-    wrapped = matcher_pb2.Matcher.MatcherList.FieldMatcher(
-        predicate=matcher_pb2.Matcher.MatcherList.Predicate(
-            and_matcher=matcher_pb2.Matcher.MatcherList.Predicate.PredicateList(
-                predicate=[
-                    _not(_header_matches(":status", NOT_AN_ERROR_STATUS)),
-                    _not(_header_matches("content-type", wire.JSON_MEDIA_TYPE_REGEX)),
-                ]
-            )
-        ),
-        on_match=execute_filter(
-            ERROR_BODY_ACTION,
-            extension_pb2.TypedExtensionConfig(
-                name=ERROR_BODY_FILTER, typed_config=pack(error_body_config(limits))
-            ),
-        ),
+    error_not_json = Predicate(
+        and_matcher=Predicate.PredicateList(
+            predicate=[
+                not_predicate(_header_matches(":status", NOT_AN_ERROR_STATUS)),
+                not_predicate(_header_matches("content-type", wire.JSON_MEDIA_TYPE_REGEX)),
+            ]
+        )
     )
-    return filter_with_matcher(
-        ERROR_BODY_FILTER,
-        pack(composite_pb2.Composite()),
-        matcher_pb2.Matcher(matcher_list=matcher_pb2.Matcher.MatcherList(matchers=[wrapped])),
-        COMPOSITE_FILTER,
+    return composite_filter(
+        ERROR_BODY_FILTER, pack(error_body_config(limits)), ERROR_BODY_ACTION, error_not_json
     )
-
-
-def _not(
-    predicate: matcher_pb2.Matcher.MatcherList.Predicate,
-) -> matcher_pb2.Matcher.MatcherList.Predicate:
-    return matcher_pb2.Matcher.MatcherList.Predicate(not_matcher=predicate)

@@ -33,7 +33,6 @@ from envoy.config.core.v3 import (
 )
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
-from envoy.extensions.filters.http.composite.v3 import composite_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.connection_limit.v3 import connection_limit_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -45,7 +44,6 @@ from envoy.extensions.http.early_header_mutation.header_mutation.v3 import (
 )
 from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import any_pb2, wrappers_pb2
-from xds.type.matcher.v3 import matcher_pb2
 from xds.type.matcher.v3 import string_pb2 as xds_string_pb2
 
 from sluicegate import wire
@@ -62,12 +60,12 @@ from sluicegate.model import Admission, Gateway, Limits, Listener
 
 from ._ext_proc import EXT_PROC_FILTER, ext_proc_config
 from ._proto import (
-    COMPOSITE_FILTER,
+    Predicate,
     ads_source,
+    composite_filter,
     duration_ms,
     duration_s,
-    execute_filter,
-    filter_with_matcher,
+    not_predicate,
     pack,
     request_header_tree,
     set_headers,
@@ -206,26 +204,15 @@ def _routing_stage_filter(config: any_pb2.Any, gateway: Gateway) -> hcm_pb2.Http
     in Envoy, arm by arm")."""
     if not (gateway.admission.routed_by_envoy and gateway.admission.keys_checked_by_envoy):
         return hcm_pb2.HttpFilter(name=EXT_PROC_FILTER, typed_config=config)
-    not_fast = matcher_pb2.Matcher.MatcherList.FieldMatcher(
-        predicate=matcher_pb2.Matcher.MatcherList.Predicate(
-            not_matcher=matcher_pb2.Matcher.MatcherList.Predicate(
-                single_predicate=matcher_pb2.Matcher.MatcherList.Predicate.SinglePredicate(
-                    input=request_header_tree(wire.CLIENT_HEADER).input,
-                    value_match=xds_string_pb2.StringMatcher(prefix=f"{LANE_FAST}/"),
-                )
+    not_fast = not_predicate(
+        Predicate(
+            single_predicate=Predicate.SinglePredicate(
+                input=request_header_tree(wire.CLIENT_HEADER).input,
+                value_match=xds_string_pb2.StringMatcher(prefix=f"{LANE_FAST}/"),
             )
-        ),
-        on_match=execute_filter(
-            ROUTING_STAGE_ACTION,
-            extension_pb2.TypedExtensionConfig(name=EXT_PROC_FILTER, typed_config=config),
-        ),
+        )
     )
-    return filter_with_matcher(
-        EXT_PROC_FILTER,
-        pack(composite_pb2.Composite()),
-        matcher_pb2.Matcher(matcher_list=matcher_pb2.Matcher.MatcherList(matchers=[not_fast])),
-        COMPOSITE_FILTER,
-    )
+    return composite_filter(EXT_PROC_FILTER, config, ROUTING_STAGE_ACTION, not_fast)
 
 
 def _http_connection_manager(
