@@ -81,6 +81,7 @@ def observer_doc(variant: str) -> dict[str, Any]:
         limits["tokens"] = 1_000_000_000_000
     return {
         "version": 1,
+        "admission": {"lane": "exact"},  # the routing stage (the default is lane_rules.py's)
         "sluicegate": addresses(),
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen}],
         "providers": [
@@ -253,6 +254,7 @@ def window_doc(per: str, redis_url: str, replicas: int) -> dict[str, Any]:
         "version": 1,
         "sluicegate": sluicegate,
         "admission": {
+            "lane": "exact",
             "store": {
                 "kind": "redis",
                 "url": redis_url,
@@ -485,7 +487,11 @@ def priority_doc() -> dict[str, Any]:
     return {
         "version": 1,
         "sluicegate": addresses(),
-        "admission": {"priority_classes": list(PRIO_CLASSES), "default_priority": "batch"},
+        "admission": {
+            "priority_classes": list(PRIO_CLASSES),
+            "default_priority": "batch",
+            "lane": "exact",
+        },
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen}],
         "providers": [
             {

@@ -111,6 +111,7 @@ def cost_document(
     route: dict[str, Any] = {"name": "chat", "models": [MODEL], "backends": [{"provider": "p"}]}
     doc: dict[str, Any] = {
         "version": 1,
+        "admission": {"lane": "exact"},  # the routing stage (the default is lane_rules.py's)
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": 10000}],
         "providers": [{"name": "p", "base_url": "http://127.0.0.1:18081/v1"}],
         "routes": [route],
@@ -127,7 +128,7 @@ def cost_document(
     if variant == "redis":
         assert redis_url is not None
         settings = REDIS_COST_STORE if store is None else store
-        doc["admission"] = {"store": {"kind": "redis", "url": redis_url, **settings}}
+        doc["admission"]["store"] = {"kind": "redis", "url": redis_url, **settings}
     if variant == "gate":
         route["concurrency"] = dict(GATE_NEVER_BLOCKS)
     return doc

@@ -96,6 +96,7 @@ def up_doc(variant: str, provider_port: int) -> dict[str, Any]:
         sluicegate["ext_proc_replicas"] = [f"127.0.0.1:{replica}"]
     doc: dict[str, Any] = {
         "version": 1,
+        "admission": {"lane": "exact"},  # the routing stage (the default is lane_rules.py's)
         "sluicegate": sluicegate,
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen}],
         "providers": [

@@ -110,7 +110,8 @@ def resolved_gateway(work: Path, ports: dict[str, int]) -> Gateway:
         )
     path = work / "bench.yaml"
     path.write_text(
-        "version: 1\nlisteners: [{name: main, address: 127.0.0.1, port: 10000}]\nproviders:\n"
+        "version: 1\nadmission: {lane: exact}\n"
+        "listeners: [{name: main, address: 127.0.0.1, port: 10000}]\nproviders:\n"
         + "\n".join(providers)
         + f"\nroutes:\n  - name: bench\n    models: [{MODEL}]\n    backends:\n"
         + "".join(f"      - {{provider: {name}}}\n" for name in PROVIDERS)

@@ -112,7 +112,7 @@ def _document(listener: int, provider: int, lane: str = "exact") -> dict[str, An
             }
         ],
         "routes": [{"name": "bench", "models": [MODEL], "backends": [{"provider": "mock"}]}],
-        **({"admission": {"lane": lane}} if lane != "exact" else {}),
+        "admission": {"lane": lane},
     }
 
 

@@ -47,6 +47,7 @@ ENDPOINT_TYPE = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignm
 def latency_doc(ports: Ports) -> dict[str, Any]:
     return {
         "version": 1,
+        "admission": {"lane": "exact"},  # the routing stage (the default is lane_rules.py's)
         "sluicegate": ports.sluicegate(),
         "listeners": [{"name": "gateway", "address": "127.0.0.1", "port": ports.listener}],
         "providers": [

@@ -269,6 +269,7 @@ def gateway_doc(ports: Ports, ca: Path, plan: Plan) -> dict[str, Any]:
     ]
     return {
         "version": 1,
+        "admission": {"lane": "exact"},  # the routing stage (the default is lane_rules.py's)
         "sluicegate": ports.sluicegate(),
         # Every built-in default, except that a hung attempt gives up after 1 s, not 90 s.
         "defaults": {"timeouts": {"first_byte": FIRST_BYTE, "first_token": FIRST_BYTE}},

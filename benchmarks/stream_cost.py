@@ -93,6 +93,7 @@ def up_doc(variant: str, ttft_ms: float, itl_ms: float) -> dict[str, Any]:
     listen, mock_port = free_ports(2)
     doc: dict[str, Any] = {
         "version": 1,
+        "admission": {"lane": "exact"},  # the routing stage (the default is lane_rules.py's)
         "sluicegate": addresses(),
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen}],
         "providers": [

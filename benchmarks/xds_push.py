@@ -117,6 +117,7 @@ def gateway_doc(n: int, ports: Ports, *, generation: int = 0, probes: Sequence[i
     mock = {"ttft_ms": 0, "itl_ms": 0, "output_tokens": 1}  # `models` empty: any model
     return {
         "version": 1,
+        "admission": {"lane": "exact"},  # the routing stage (the default is lane_rules.py's)
         "sluicegate": ports.sluicegate(),
         "listeners": [{"name": "gateway", "address": "127.0.0.1", "port": ports.listener}],
         "providers": [

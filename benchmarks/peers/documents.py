@@ -24,9 +24,11 @@ FAST_GATE = {"max_requests": 100_000}
 
 
 def routing_doc(upstream: Upstream, listen_port: int) -> dict[str, Any]:
-    """One listener on 127.0.0.1:`listen_port`, the upstream, one route; no tenants."""
+    """One listener on 127.0.0.1:`listen_port`, the upstream, one route; no tenants;
+    routed by the routing stage (`lane: exact`: without it, Envoy would route it)."""
     return {
         "version": 1,
+        "admission": {"lane": "exact"},
         "sluicegate": addresses(),
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen_port}],
         "providers": [{"name": PROVIDER, "base_url": upstream.api_base}],

@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Final, Literal, NamedTuple
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from .durations import Duration
 from .key_source import KeySource
@@ -91,6 +91,13 @@ class RateLimits(_Section):
             if (value := getattr(self, kind)) is not None
         ]
 
+    def fits_token_buckets(self) -> bool:
+        """Whether Envoy's token buckets can hold these limits (the fast lane's): a window
+        of at least FAST_LANE_MIN_FILL_MS, each limit at most FAST_LANE_MAX_LIMIT."""
+        return self.per >= FAST_LANE_MIN_FILL_MS and all(
+            limit.limit <= FAST_LANE_MAX_LIMIT for limit in self.limits()
+        )
+
 
 class PriorityClass(_Section):
     """One priority class with its own bounded queue."""
@@ -129,6 +136,8 @@ LANE_AUTO: Final = "auto"
 # A fast-lane token bucket refills at most this often (Envoy refuses under 50 ms), so a
 # Retry-After is whole seconds; a fast-lane limit's window is at least this long.
 FAST_LANE_MIN_FILL_MS: Final = 1000
+# An Envoy token bucket's size is a uint32.
+FAST_LANE_MAX_LIMIT: Final = 2**32 - 1
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -213,9 +222,19 @@ class Admission(_Section):
     store: LimiterStoreConfig = Field(default_factory=LimiterStoreConfig)
     # Who decides each request: the routing stage (`exact`), Envoy alone (`fast`), or
     # Envoy while a tenant is far from its limits (`auto`); a tenant may name its own.
-    lane: Lane = "exact"
+    # Left out: `auto` where that changes nothing the config asks for, else `exact`
+    # (lane_rules.py), set when the whole document is read; never None after that.
+    lane: Lane | None = None
     # When `auto` tenants move between lanes.
     auto_lane: AutoLane = Field(default_factory=AutoLane)
+    # Why `lane` is what it is when the YAML left it out (lane_rules.with_default_lane);
+    # empty when it was written.
+    _lane_default: str = PrivateAttr(default="")
+
+    @property
+    def lane_defaulted(self) -> str:
+        """Why `lane` took its default (lane_rules.py), or "" when the YAML wrote it."""
+        return self._lane_default
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -226,9 +245,19 @@ class Admission(_Section):
         """The class a tenant's requests get unless they ask for a lower one."""
         return tenant.priority or self.default_priority
 
+    @property
+    def gateway_lane(self) -> Lane:
+        """`lane`, written or defaulted (`exact` only for a section never resolved,
+        which no loaded config has)."""
+        return self.lane or LANE_EXACT
+
     def lane_of(self, tenant: Tenant) -> Lane:
         """The lane a tenant's requests take: its own, else this section's."""
-        return tenant.lane or self.lane
+        return tenant.lane or self.gateway_lane
+
+    def lane_written(self, tenant: Tenant) -> bool:
+        """Whether the YAML chose `tenant`'s lane (its own, or admission.lane)."""
+        return tenant.lane is not None or not self._lane_default
 
     def lanes_at_gate(self, tenants: Sequence[Tenant], models: Iterable[str]) -> frozenset[Lane]:
         """Which lanes' requests reach the gate of a route serving `models`: `fast` for a
@@ -238,7 +267,7 @@ class Admission(_Section):
         reaches it, else the routing stage (docs/fast-lane.md, "Gates in the fast
         lane")."""
         if not tenants:
-            return frozenset({LANE_EXACT if self.lane == LANE_EXACT else LANE_FAST})
+            return frozenset({LANE_EXACT if self.gateway_lane == LANE_EXACT else LANE_FAST})
         return frozenset(
             LANE_FAST if self.lane_of(tenant) == LANE_FAST else LANE_EXACT
             for tenant in self.tenants_of(tenants, models)
@@ -248,15 +277,40 @@ class Admission(_Section):
         """Whether Envoy enforces the gate of a route serving `models` (`lanes_at_gate`)."""
         return self.lanes_at_gate(tenants, models) == {LANE_FAST}
 
+    def bucket_refuses_uncapped(self, limit: Limit) -> bool:
+        """Whether an `auto` tenant's fast-lane bucket for a token `limit` is smaller than
+        the allowance of a request without an output cap, so every such request is refused
+        there (and moves the tenant to the exact lane)."""
+        return (
+            limit.kind in ("tokens", "output_tokens")
+            and self.auto_lane.bucket_size(limit.limit) < self.default_max_tokens
+        )
+
     def tenants_of(self, tenants: Sequence[Tenant], models: Iterable[str]) -> list[Tenant]:
         """The tenants allowed one of `models` (a route's)."""
         served = set(models)
         return [t for t in tenants if t.models is None or served & set(t.models)]
 
+    def describe_gateway_lane(self) -> str:
+        """For `sluicegate validate` without tenants: who routes requests, and why."""
+        why = f"the default: {self._lane_default}" if self._lane_default else "admission.lane"
+        does = (
+            "the routing stage routes every request"
+            if self.gateway_lane == LANE_EXACT
+            else "Envoy routes every request (no ext_proc stream)"
+        )
+        return f"requests: lane {self.gateway_lane} ({why}): {does}"
+
     def describe_lane(self, tenant: Tenant) -> str:
         """Which lane a tenant takes and why, for `sluicegate validate`."""
         lane = self.lane_of(tenant)
-        why = "its own lane" if tenant.lane is not None else "admission.lane"
+        why = (
+            "its own lane"
+            if tenant.lane is not None
+            else f"the default: {self._lane_default}"
+            if self._lane_default
+            else "admission.lane"
+        )
         does = {
             LANE_FAST: "Envoy checks its keys and limits it with token buckets",
             LANE_EXACT: "the routing stage admits it (sliding windows, queues)",

@@ -16,6 +16,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from .admission import NAME_PATTERN, Admission, ClientKey, Tenant
+from .lane_rules import Declared, with_default_lane
 from .resilience import Resilience
 from .schema import (
     AccessLog,
@@ -179,6 +180,19 @@ class Document:
         routes = _valid_items(Route, raw["routes"])
         valid = len(listeners) + len(providers) + len(routes)
         raw_tenants = _items(data.get("tenants"))
+        tenants = _valid_items(Tenant, raw_tenants)
+        key_refs = tuple(_key_refs(raw_tenants))
+        scenarios = _scenarios(data.get("scenarios", []))
+        admission = _valid(Admission, data.get("admission", {}))
+        if admission is not None:
+            declared = Declared(
+                tenants=[tenant for _, tenant in tenants],
+                keys=[ref.key for ref in key_refs],
+                providers=[provider for _, provider in providers],
+                routes=[route for _, route in routes],
+                scenarios=[name for _, name in scenarios or ()],
+            )
+            admission = with_default_lane(admission, declared)
         defaults, defaults_dropped = salvage_model(Resilience, data.get("defaults", {}))
         return cls(
             addresses=_valid_addresses(data.get("sluicegate", {})),
@@ -193,10 +207,10 @@ class Document:
             defaults=defaults,
             defaults_dropped=defaults_dropped,
             settings_routes=tuple(_settings_routes(raw["routes"])),
-            tenants=_valid_items(Tenant, raw_tenants),
-            admission=_valid(Admission, data.get("admission", {})),
-            client_keys=tuple(_key_refs(raw_tenants)),
-            scenarios=_scenarios(data.get("scenarios", [])),
+            tenants=tenants,
+            admission=admission,
+            client_keys=key_refs,
+            scenarios=scenarios,
             route_scenarios=tuple(_scenario_refs(raw["routes"])),
             access_log=_valid(AccessLog, data.get("access_log")),
         )

@@ -105,6 +105,8 @@ def describe_lanes(path: str | os.PathLike[str]) -> list[str]:
         return []
     if config is None:
         return []
+    if not config.tenants:
+        return [config.admission.describe_gateway_lane()]
     return [config.admission.describe_lane(tenant) for tenant in config.tenants]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .addresses import is_ip_address, split_host_port
 from .admin_address import parse_admin_address
@@ -18,6 +18,7 @@ from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant,
 from .durations import Duration
 from .headers import check_forwarded_name, check_header_name, check_header_value, check_unique
 from .key_source import KeySource
+from .lane_rules import Declared, with_default_lane
 from .resilience import (
     HealthCheck,
     OutlierDetection,
@@ -334,6 +335,21 @@ class Config(Strict):
     scenarios: list[ScenarioName] = Field(default_factory=list, max_length=MAX_SCENARIOS)
     # Optional structured access log (JSON lines to a file or stdout).
     access_log: AccessLog | None = None
+
+    @model_validator(mode="after")
+    def _default_lane(self) -> Config:
+        # admission.lane left out depends on the whole document (lane_rules.py); the
+        # config is frozen, so the resolved section is put in place once, here.
+        declared = Declared(
+            tenants=self.tenants,
+            keys=[key for tenant in self.tenants for key in tenant.keys],
+            providers=self.providers,
+            routes=self.routes,
+            scenarios=self.scenarios,
+        )
+        admission = with_default_lane(self.admission, declared)
+        object.__setattr__(self, "admission", admission)
+        return self
 
     def ext_proc_processes(self) -> int:
         """How many ext_proc servers count limits and gates (`count_ext_proc_processes`)."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final
 from urllib.parse import urlsplit
 
 from .addresses import is_ip_address
 from .admin_address import parse_admin_address
 from .admission import (
+    FAST_LANE_MAX_LIMIT,
     FAST_LANE_MIN_FILL_MS,
     LANE_AUTO,
     LANE_EXACT,
@@ -26,6 +26,7 @@ from .admission import (
 from .document import Document, KeyRef, SettingsRoute
 from .durations import format_duration_ms
 from .keyhash import parse_key_hash
+from .lane_rules import fast_lane_cannot_enforce
 from .problems import Problem, Severity
 from .resilience import (
     HealthCheck,
@@ -521,15 +522,11 @@ def check_admission(doc: Document, at: Locator) -> Iterable[Problem]:
         )
 
 
-# An Envoy token bucket's size is a uint32.
-FAST_LANE_MAX_LIMIT: Final = 2**32 - 1
-
-
 def uses_fast_lane(doc: Document) -> bool:
     """Whether Envoy may decide any request alone: `admission.lane: fast` or `auto`, or a
     tenant's."""
     admission = doc.admission
-    return (admission is not None and admission.lane != LANE_EXACT) or any(
+    return (admission is not None and admission.gateway_lane != LANE_EXACT) or any(
         tenant.lane not in (None, LANE_EXACT) for _, tenant in doc.tenants
     )
 
@@ -554,10 +551,7 @@ def check_auto_lane(doc: Document, at: Locator) -> Iterable[Problem]:
         ]:  # fmt: skip
             for limit in limits.limits() if limits is not None else ():
                 bucket = admission.auto_lane.bucket_size(limit.limit)
-                if (
-                    limit.kind in ("tokens", "output_tokens")
-                    and bucket < admission.default_max_tokens
-                ):
+                if admission.bucket_refuses_uncapped(limit):
                     yield at.warning(
                         (*path, limit.kind),
                         f"in the fast lane this limit is a bucket of {bucket:,} tokens, less "
@@ -565,7 +559,11 @@ def check_auto_lane(doc: Document, at: Locator) -> Iterable[Problem]:
                         " every request without an output cap is refused there and moves "
                         "the tenant to the exact lane",
                     )
-        if tenant.rate_limits is None and all(key.rate_limits is None for key in tenant.keys):
+        if (
+            admission.lane_written(tenant)
+            and tenant.rate_limits is None
+            and all(key.rate_limits is None for key in tenant.keys)
+        ):
             yield at.warning(
                 ("tenants", t, "lane") if tenant.lane else ("tenants", t),
                 f"tenant '{tenant.name}' takes lane auto but has no rate limit, its own or "
@@ -587,7 +585,7 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
         return
     where: KeyPath = (
         ("admission", "lane")
-        if doc.admission.lane != LANE_EXACT
+        if doc.admission.gateway_lane != LANE_EXACT
         else next(
             ("tenants", t, "lane")
             for t, tenant in doc.tenants
@@ -595,7 +593,7 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
         )
     )
     lane = (
-        doc.admission.lane
+        doc.admission.gateway_lane
         if where[0] == "admission"
         else next(tenant.lane for t, tenant in doc.tenants if t == where[1])
     )
@@ -606,16 +604,11 @@ def check_lane(doc: Document, at: Locator) -> Iterable[Problem]:
             unheld = ("tenants", t, "lane") if tenant.lane else ("admission", "lane")
     found = []
     if unheld is not None:
-        if any(provider.rate_limits for _, provider in doc.providers):
-            found.append("providers' rate limits")
         # An `auto` tenant is in the exact lane whenever it nears its limits.
         exact = any(doc.admission.lane_of(tenant) != LANE_FAST for _, tenant in doc.tenants)
-        if exact and any(route.rate_limits for _, route in doc.routes):
-            # Each lane would count the model apart: up to twice its limit.
-            found.append("routes' per-model rate limits beside exact-lane or auto tenants")
-        if any(provider.concurrency for _, provider in doc.providers):
-            # Taken before Envoy picks a provider, across routes: no cluster holds it.
-            found.append("providers' concurrency gates")
+        found = fast_lane_cannot_enforce(
+            (provider for _, provider in doc.providers), (route for _, route in doc.routes), exact
+        )
     if unheld is not None and found:
         # Without tenants there is nobody to move, so `auto` is the fast lane too.
         named, instead = (LANE_FAST, "auto or exact") if doc.tenants else (lane, "exact")

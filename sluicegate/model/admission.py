@@ -125,7 +125,7 @@ def resolve_admission(cfg: config.Config) -> Admission:
     # An `auto` tenant is in both lanes' lists: either may decide its requests, and
     # neither lane's filters come or go when it moves (docs/fast-lane.md, "The auto lane").
     exact = [t for t in cfg.tenants if section.lane_of(t) != config.LANE_FAST]
-    by_envoy = section.lane != config.LANE_EXACT or any(
+    by_envoy = section.gateway_lane != config.LANE_EXACT or any(
         section.lane_of(t) != config.LANE_EXACT for t in cfg.tenants
     )
     routing_stage = not by_envoy or bool(exact)

@@ -1,5 +1,6 @@
 """Routing without Python (docs/fast-lane.md): `sluicegate up` on the quickstart without
-tenants or gates and with `admission.lane: fast`, requests through a real Envoy.
+tenants or gates and with `admission.lane` left out, which makes it Envoy's (the default
+lane: `auto`, without tenants Envoy's routing alone), requests through a real Envoy.
 
 Envoy reads the model itself: no request opens a stream to the routing stage's cluster
 (Envoy's own upstream request count for it stays 0), answers and errors are OpenAI's,
@@ -34,12 +35,13 @@ USAGE_MODEL = "deepseek-chat"
 
 
 def fast_lane_quickstart(tmp: Path) -> dict[str, Any]:
-    """The quickstart with nothing to admit (no tenants, no gate) and `lane: fast`."""
+    """The quickstart with nothing to admit (no tenants, no gate) and no lane written."""
     doc = quickstart_on_free_ports(tmp)
     doc.pop("tenants")
     for route in doc["routes"]:
         route.pop("concurrency", None)
-    doc["admission"]["lane"] = "fast"
+    doc["admission"].pop("lane")
+    doc["admission"].pop("auto_lane")
     return doc
 
 

@@ -52,6 +52,7 @@ def configs(draw: st.DrawFn) -> Config:
     return Config.model_validate(
         {
             "version": 1,
+            "admission": {"lane": "exact"},  # the routing stage's header matches
             "listeners": [{"name": "gw", "port": 10000}],
             "providers": [
                 {"name": name, "base_url": f"http://10.0.0.{i + 1}/v1"}

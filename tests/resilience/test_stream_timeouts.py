@@ -131,6 +131,7 @@ def test_a_client_cannot_claim_a_stream(setup: Setup) -> None:
 
 CONFIG = """\
 version: 1
+admission: {lane: exact}    # the routing stage's model routes (headers)
 listeners: [{name: gw, port: 10000}]
 providers:
   - {name: a, base_url: "http://127.0.0.1:8101/v1"}

@@ -2,6 +2,7 @@
 
     translate_case(path)   # the file loaded, keys resolved, drains applied, translated
     model_of(case)         # the resolved model of testdata/in/<case>.yaml
+    exact_lane_model_of(case)  # the same, routed by the routing stage (`lane: exact`)
     CASES[case]            # (YAML text, resolved keys), for tests that edit the text
 
 Provider keys come from the files' `api_key` sources, as for a user: `file:` sources
@@ -66,6 +67,17 @@ def model_of(case: str) -> Gateway:
     if not path.is_file():
         raise KeyError(f"no case {case!r}: {path} does not exist")
     return model_from(*load_case(path), path)
+
+
+def exact_lane_model_of(case: str) -> Gateway:
+    """The model of testdata/in/<case>.yaml with `admission.lane: exact`: the routing
+    stage routes (for tests of its translation; a case without tenants or limits is
+    Envoy's by default, config/lane_rules.py)."""
+    path = case_path(case)
+    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data.setdefault("admission", {})["lane"] = "exact"
+    config = Config.model_validate(data)
+    return model_from(config, resolve_api_keys(config, path, env=fake_environment(config)))
 
 
 def config_of(document: str) -> Config:

@@ -93,6 +93,7 @@ async def gateway(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gat
     document = f"""
 version: 1
 limits: {{max_request_body_bytes: {BODY_LIMIT}, ext_proc_message_timeout_ms: 300}}
+admission: {{lane: exact}}   # the routing stage (a fake one) routes every request
 listeners:
   - {{name: main, port: {listen_port}}}
 providers:

@@ -14,6 +14,7 @@ from envoy.extensions.retry.priority.previous_priorities.v3 import (
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
+from sluicegate.local_replies import FAST_LANE_REFUSALS
 from sluicegate.model import Gateway, build_model
 from sluicegate.xds.translate import (
     CLUSTER,
@@ -257,7 +258,10 @@ def test_health_checks_per_route_cluster_and_opt_out_per_endpoint() -> None:
 
 def test_upstream_failures_get_their_own_codes_before_the_status_mappers() -> None:
     reply = hcm_of(translate(model_of("single_provider"))[LISTENER][0]).local_reply_config
+    # The JSON pass-through, then (Envoy routing, this case's default lane) the fast
+    # lane's refusals, which every later mapper follows.
     mappers = list(reply.mappers)
+    mappers = mappers[:1] + mappers[1 + len(FAST_LANE_REFUSALS) :]
     # After the JSON pass-through: a drill's abort keeps its status (flag FI).
     assert mappers[1].filter.response_flag_filter.flags == ["FI"]
     assert not mappers[1].HasField("status_code")

@@ -40,12 +40,15 @@ from sluicegate.xds.translate import (
 )
 from sluicegate.xds.translate.forwarded_headers import FORWARDED_HEADERS_FILTER
 
-from .cases import config_of, model_of
+from .cases import config_of, exact_lane_model_of, model_of
 
 Mode = processing_mode_pb2.ProcessingMode
 
 
 def doc(providers: str, routes: str, extra: str = "") -> str:
+    """A config whose requests the routing stage routes (`admission.lane: exact`: these
+    tests read its translation; the fast lane's has its golden cases)."""
+    extra = extra or "admission: {lane: exact}\n"
     return f"version: 1\n{extra}listeners: [{{name: main, port: 8080}}]\n" + (
         f"providers:\n{providers}\nroutes:\n{routes}\n"
     )
@@ -121,7 +124,7 @@ def test_use_remote_address_follows_the_role(case: str, remote: bool) -> None:
 
 
 def test_connection_manager_timeouts_and_rds() -> None:
-    hcm = hcm_of(only(translate(model_of("single_provider"))[LISTENER]))
+    hcm = hcm_of(only(translate(exact_lane_model_of("single_provider"))[LISTENER]))
     assert hcm.stream_idle_timeout.seconds == 300
     # limits.request_timeout (60 s) + the queue margin + the ext_proc timeout; the timer
     # stops once the request is in, so it never cuts a generation (test_client_limits.py).
@@ -197,7 +200,7 @@ def test_local_replies_pass_json_through_first_and_default_to_openai_errors() ->
 
 
 def test_model_routes_set_their_deadline_and_rewrite_host() -> None:
-    routes = model_routes(model_of("weighted_keys"))
+    routes = model_routes(exact_lane_model_of("weighted_keys"))
     assert len(routes) == 2  # one per model
     for route in routes:
         # Always written: Envoy's default (15 s) would cut long streams.
@@ -211,7 +214,7 @@ def test_model_routes_set_their_deadline_and_rewrite_host() -> None:
 
 
 def test_every_model_route_follows_its_stream_twin() -> None:
-    routes = [r for r in routes_of(model_of("weighted_keys")) if r.HasField("route")]
+    routes = [r for r in routes_of(exact_lane_model_of("weighted_keys")) if r.HasField("route")]
     assert [is_stream_twin(r) for r in routes] == [True, False, True, False]
     for twin, plain in zip(routes[::2], routes[1::2], strict=True):
         assert list(twin.match.headers)[:-1] == list(plain.match.headers)
@@ -219,7 +222,7 @@ def test_every_model_route_follows_its_stream_twin() -> None:
 
 
 def test_route_order_listing_then_models_then_fallbacks() -> None:
-    routes = routes_of(model_of("rewrite"))
+    routes = routes_of(exact_lane_model_of("rewrite"))
     kinds = [
         "listing" if r.match.path else "model" if r.HasField("route") else "fallback"
         for r in routes
@@ -236,7 +239,7 @@ EXT_PROC = "envoy.filters.http.ext_proc"
 
 
 def test_models_listing_skips_ext_proc_and_is_json() -> None:
-    ir = model_of("weighted_keys")
+    ir = exact_lane_model_of("weighted_keys")
     listing = routes_of(ir)[0]
     assert listing.match.path == "/v1/models"
     assert [(h.name, h.string_match.exact) for h in listing.match.headers] == [(":method", "GET")]
@@ -518,7 +521,7 @@ def test_same_model_under_two_prefixes_is_fine() -> None:
 
 
 def test_model_routes_follow_the_match_order() -> None:
-    gateway = model_of("rewrite")
+    gateway = exact_lane_model_of("rewrite")
     pushed = [(r.name, r.match.headers[0].string_match.exact) for r in model_routes(gateway)]
     ordered = [
         (route.name, model) for route, models in match_order(gateway.routes) for model in models
