@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
@@ -183,6 +184,15 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
         "routing": routing_document(cp.latency.report()),
         "lanes": lanes_document(cp.lanes.report()),
         "nodes": [s.to_dict() for s in cp.cache.status()],
+        # The gates Envoy enforces and the limits it was given (`up` adds how full its
+        # Envoy holds them: stack/envoy_gates.py).
+        "envoy_gates": {}
+        if cp.model is None
+        else {
+            route.name: asdict(route.envoy_gate)
+            for route in cp.model.routes
+            if route.envoy_gate is not None
+        },
     }
 
 

@@ -50,6 +50,11 @@ def render_status(document: Mapping[str, Any], now: float) -> str:
         ("Providers", _providers(document)),
         ("Processes", _processes(document, now)),
         ("Admission", _admission(document)),
+        *(
+            [("Envoy's gates", _envoy_gates(document))]
+            if _mapping(document.get("envoy_gates"))
+            else []
+        ),
         *([("Auto lane", _lanes(document))] if _mapping(document.get("lanes")) else []),
     ]
     return "\n\n".join("\n".join([title, *lines]) for title, lines in sections) + "\n"
@@ -267,6 +272,26 @@ def _admission(document: Mapping[str, Any]) -> list[str]:
               else "-" for c in classes),
         ))  # fmt: skip
     return [*lines, "", "  queued per class: waiting/queue size", *_table(header, rows)]
+
+
+def _envoy_gates(document: Mapping[str, Any]) -> list[str]:
+    """Each partition of each gate Envoy enforces (stack/envoy_gates.py): in flight and
+    waiting of their limits, and the route's refusals since its Envoy started."""
+    rows = []
+    for route, gate in sorted(_mapping(document.get("envoy_gates")).items()):
+        refused = _mapping(gate).get("refused")
+        for index, partition in enumerate(_dicts(_mapping(gate).get("partitions"))):
+            rows.append((
+                route if index == 0 else "",
+                str(partition.get("partition", "?")),
+                _of(partition.get("in_flight"), partition.get("max_requests")),
+                _of(partition.get("waiting"), partition.get("max_pending")),
+                ("-" if refused is None else str(refused)) if index == 0 else "",
+            ))  # fmt: skip
+    return [
+        "  per partition of each route's gate, as this stack's Envoy holds it",
+        *_table(("ROUTE", "PARTITION", "IN FLIGHT", "WAITING", "REFUSED"), rows),
+    ]
 
 
 def _lanes(document: Mapping[str, Any]) -> list[str]:

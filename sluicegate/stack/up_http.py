@@ -3,16 +3,18 @@
 `/status` is the control plane's document (config, versions, Envoy nodes and their
 NACKs), the main ext_proc server's admission state (gates, queues, limiter store) and
 every process `up` runs, with its state, and each route's providers as `up`'s own Envoy
-holds them (`providers`: hosts, healthy, ejected, weight; stack/provider_health.py);
+holds them (`providers`: hosts, healthy, ejected, weight; stack/provider_health.py), and
+how full it holds the gates Envoy enforces (`envoy_gates`; stack/envoy_gates.py);
 `/metrics` is the control plane's and the main ext_proc's metrics,
-`sluicegate_process_up` per process and the providers' host health; `/drain/<provider>`
-is passed to the control plane. `up` reaches the two children over Unix sockets in its
-work directory (stack/http_site.py), and Envoy at its admin (`sluicegate.envoy_admin`,
-TCP or a Unix socket). A child that does not answer is shown as such: `/status` still
-answers, with the process down, so `sluicegate status` can say which one is. All three
-are asked at once, each for at most 1 s: a hung child costs `/status` 1 s, well within
-`sluicegate status`'s 5 s, and never hides another's answer. An Envoy that does not
-answer leaves the host gauges without samples.
+`sluicegate_process_up` per process, the providers' host health and Envoy's gates;
+`/drain/<provider>` is passed to the control plane. `up` reaches the two children over
+Unix sockets in its work directory (stack/http_site.py), and Envoy at its admin
+(`sluicegate.envoy_admin`, TCP or a Unix socket). A child that does not answer is shown
+as such: `/status` still answers, with the process down, so `sluicegate status` can say
+which one is. All three are asked at once, each for at most 1 s: a hung child costs
+`/status` 1 s, well within `sluicegate status`'s 5 s, and never hides another's answer
+(Envoy's gate stats are asked once the control plane has named the gates: 1 s more at
+most). An Envoy that does not answer leaves the host and gate gauges without samples.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sluicegate.config import parse_admin_address
+from sluicegate.stack.envoy_gates import STATS_PATH, gates_document, gates_metrics, read_stats
 from sluicegate.stack.ext_proc_metrics import MAIN_SERVER, labelled_exposition
 from sluicegate.stack.http_site import serve_app, status_endpoint
 from sluicegate.stack.provider_health import (
@@ -108,6 +111,10 @@ async def provider_health(envoy_admin: ChildEndpoint | None) -> RouteHealth | No
     return None if clusters is None else read_clusters(clusters)
 
 
+async def _none() -> None:
+    return None
+
+
 def make_up_app(
     control_plane: ChildEndpoint,
     ext_proc: ChildEndpoint,
@@ -134,21 +141,33 @@ def make_up_app(
             result["envoy"] = NOT_ANSWERING
         result["admission"] = None if admission is None else admission.get("admission")
         result["providers"] = None if health is None else providers_document(health)
+        result["envoy_gates"] = await envoy_gates(result.get("envoy_gates"))
         result["processes"] = processes()
         return result
+
+    async def envoy_gates(gates: Any) -> dict[str, Any]:
+        """The control plane's Envoy gates, with how full `up`'s Envoy holds them."""
+        if not isinstance(gates, Mapping) or not gates:
+            return {}
+        stats = None if envoy_admin is None else await envoy_admin.json(STATS_PATH)
+        return gates_document(gates, None if stats is None else read_stats(stats))
 
     async def status(_: web.Request) -> web.Response:
         return web.json_response(await document(), dumps=lambda o: json.dumps(o, indent=2))
 
     async def metrics(_: web.Request) -> web.Response:
-        planes, health, ext_procs = await asyncio.gather(
+        planes, health, plane_status, ext_procs = await asyncio.gather(
             control_plane.request("GET", "/metrics"),
             provider_health(envoy_admin),
+            control_plane.json("/status") if envoy_admin is not None else _none(),
             asyncio.gather(
                 *(server.request("GET", "/metrics") for server in (ext_proc, *replicas.values()))
             ),
         )
         parts = [generate_latest(registry), health_metrics(health)]
+        if plane_status is not None:
+            gates = await envoy_gates(plane_status.get("envoy_gates"))
+            parts.append(gates_metrics(gates))
         if planes and planes[0] == 200:
             parts.append(planes[1])
         if replicas:  # each server's samples labelled by it (ext_proc_metrics.py)

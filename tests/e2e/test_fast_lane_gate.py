@@ -251,6 +251,18 @@ def test_the_top_class_keeps_its_share_while_the_default_one_is_full(stack: Stac
             )
 
         _wait("the flood holds DEFAULT's requests and queue", default_full)
+        # `up`'s /status and /metrics show the gate as full as Envoy holds it.
+        gate = stack.status()["envoy_gates"][ROUTE]
+        assert [
+            (p["partition"], p["in_flight"], p["max_requests"], p["waiting"], p["max_pending"])
+            for p in gate["partitions"]
+        ] == [
+            ("interactive", 0, HIGH_IN_FLIGHT, 0, HIGH_WAITING),
+            ("other", DEFAULT_IN_FLIGHT, DEFAULT_IN_FLIGHT, DEFAULT_WAITING, DEFAULT_WAITING),
+        ]
+        in_flight = "sluicegate_envoy_gate_in_flight_requests"
+        assert stack.metric_sum(in_flight, route=ROUTE, partition="other") == DEFAULT_IN_FLIGHT
+        assert stack.metric_sum(in_flight, route=ROUTE, partition="interactive") == 0
         lowered = _post(stack, "vip", **{wire.PRIORITY_HEADER: "standard"})
         vip = _results(
             [pool.submit(_post, stack, "vip") for _ in range(HIGH_IN_FLIGHT + HIGH_WAITING + 1)]
@@ -265,6 +277,7 @@ def test_the_top_class_keeps_its_share_while_the_default_one_is_full(stack: Stac
     assert _mock(stack, "/mock/stats")["max_in_flight"] == GATE
     overflowed = _cluster(stack)["upstream_rq_pending_overflow"] - overflowed_before
     assert overflowed == FLOOD - served + 1 + 1
+    assert stack.status()["envoy_gates"][ROUTE]["refused"] == overflowed + overflowed_before
     assert _ext_proc_streams(stack) == 0
 
 
