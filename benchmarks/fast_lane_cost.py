@@ -25,7 +25,9 @@ server taking the request records. wrk sends a chat completion (`--prompt-bytes`
   model reader then also estimates each request's tokens);
 - with the same tenant `lane: auto` (far from its limits: in the fast lane; no control
   plane here, so it is never moved), and the same without the routing stage's filter
-  (which an auto tenant's fast-lane requests skip, per request, by a matcher).
+  (which an auto tenant's fast-lane requests skip, per request, by a matcher);
+- with scenarios declared: the model reader also writes the scenario every request asks
+  for (wrk sends x-sluicegate-scenario with every request, to every arm).
 
 Per arm and round: p50 at concurrency 1 (wrk -c1) and requests/s at concurrency 32
 (wrk -c32), the arms in turn, the order rotating; reported as medians of rounds and, per
@@ -51,6 +53,7 @@ from benchmarks.harness.ext_proc_child import ExtProcChild
 from benchmarks.harness.processes import stop_tree, wait_listening
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
+from sluicegate import wire
 from sluicegate.config import hash_key, load_config, resolve_client_keys
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.model import build_model
@@ -86,8 +89,8 @@ ENVOY_CORE: Final = 0
 LOAD_CORE: Final = "1"
 # The tenant of the arms that have one, and its key (from a secret file).
 TENANT_KEY: Final = "sk-sg-bench-0000000000000000000000000"
-# name -> (HTTP filters removed, access log removed, tenant: None, "key", "limits", "auto");
-# a str: a baseline's bootstrap.
+# name -> (HTTP filters removed, access log removed, tenant: None, "key", "limits", "auto",
+# or "scenarios": no tenant, scenarios declared); a str: a baseline's bootstrap.
 Arm = tuple[frozenset[str], bool, str | None]
 ARMS: Final[dict[str, Arm | str]] = {
     "plain": "plain",
@@ -105,7 +108,9 @@ ARMS: Final[dict[str, Arm | str]] = {
     "with an auto tenant, without the routing stage's filter": (
         frozenset({ROUTING_STAGE_FILTER}), False, "auto"
     ),
+    "with scenarios declared": (frozenset(), False, "scenarios"),
 }
+SCENARIO: Final = "bench-scenario"
 
 
 def _document(listener: int, upstream: int, tenant: str | None, work: Path) -> dict[str, Any]:
@@ -116,7 +121,9 @@ def _document(listener: int, upstream: int, tenant: str | None, work: Path) -> d
         "routes": [{"name": "bench", "models": [MODEL], "backends": [{"provider": "upstream"}]}],
         "admission": {"lane": "fast"},
     }
-    if tenant is not None:
+    if tenant == "scenarios":
+        doc["scenarios"] = [SCENARIO]
+    elif tenant is not None:
         (work / "bench.client").write_text(TENANT_KEY)
         key = {"name": "bench", "hash": hash_key(TENANT_KEY), "secret": {"file": "bench.client"}}
         doc["tenants"] = [{"name": "bench", "keys": [key]}]
@@ -139,6 +146,7 @@ def _bootstrap(
         doc = yaml.safe_load(path.read_text())
         del doc["admission"]
         doc.pop("tenants", None)
+        doc.pop("scenarios", None)
         work = path.parent / f"peer-{port}"
         work.mkdir()
         return plain_bootstrap(doc, work)
@@ -178,6 +186,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
         f'wrk.method = "POST"\nwrk.body = {json.dumps(_body(prompt_bytes))}\n'
         'wrk.headers["Content-Type"] = "application/json"\n'
         f'wrk.headers["Authorization"] = "Bearer {TENANT_KEY}"\n'
+        f'wrk.headers["{wire.SCENARIO_HEADER}"] = "{SCENARIO}"\n'
     )
     files = {}
     for name, port in zip(arms, ports, strict=True):

@@ -101,6 +101,12 @@ META_KEY_NAME: Final = "key_name"
 META_ROUTE: Final = "route"
 META_PRIORITY: Final = "priority"
 META_SCENARIO: Final = "scenario"
+# The client's SCENARIO_HEADER as sent, written by the model reader in the fast lane (only
+# when the config declares scenarios): the record's scenario is read from it
+# (records/record.py, RecordDefaults), off the request's path. The header itself is gone
+# by the request's end (the header allowlist removes it for the provider).
+META_SCENARIO_ASKED: Final = "scenario_asked"
+MAX_SCENARIO_ASKED: Final = 80  # bytes kept of it: a scenario's name is at most 63
 META_QUEUE_MS: Final = "queue_ms"
 META_STREAM: Final = "stream"
 META_ERROR_CODE: Final = "error_code"

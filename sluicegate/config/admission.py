@@ -222,7 +222,7 @@ class Admission(_Section):
     store: LimiterStoreConfig = Field(default_factory=LimiterStoreConfig)
     # Who decides each request: the routing stage (`exact`), Envoy alone (`fast`), or
     # Envoy while a tenant is far from its limits (`auto`); a tenant may name its own.
-    # Left out: `auto` where that changes nothing the config asks for, else `exact`
+    # Left out: `auto` where that changes no limit, gate or key declared, else `exact`
     # (lane_rules.py), set when the whole document is read; never None after that.
     lane: Lane | None = None
     # When `auto` tenants move between lanes.
@@ -297,7 +297,7 @@ class Admission(_Section):
         does = (
             "the routing stage routes every request"
             if self.gateway_lane == LANE_EXACT
-            else "Envoy routes every request (no ext_proc stream)"
+            else "Envoy routes every request (no routing-stage stream)"
         )
         return f"requests: lane {self.gateway_lane} ({why}): {does}"
 

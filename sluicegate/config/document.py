@@ -190,7 +190,7 @@ class Document:
                 keys=[ref.key for ref in key_refs],
                 providers=[provider for _, provider in providers],
                 routes=[route for _, route in routes],
-                scenarios=[name for _, name in scenarios or ()],
+                tenants_complete=len(tenants) == len(raw_tenants),
             )
             admission = with_default_lane(admission, declared)
         defaults, defaults_dropped = salvage_model(Resilience, data.get("defaults", {}))

@@ -1,18 +1,20 @@
 """What the fast lane can enforce, and the lane a gateway takes when `admission.lane` is
 left out (docs/fast-lane.md, "The default lane").
 
-The default is `auto` where that changes nothing the config asks for, else `exact`:
+The default is `auto` where that changes no limit, gate or key the config declares, else
+`exact` (docs/fast-lane.md lists what a client or a dashboard may still see differ):
 
-- with tenants, `auto` when every client key has its `secret` (with any tenant in Envoy's
-  hands, Envoy checks every key itself), every tenant's, key's and route's limit fits
+- with tenants, `auto` when some tenant takes the default, the limiter store is not
+  shared (with `redis`, limits are shared across replicas; Envoy's token buckets are per
+  Envoy process), every client key has its `secret` (with any tenant in Envoy's hands,
+  Envoy checks every key itself), every tenant's, key's and route's limit fits
   Envoy's token buckets, and no token limit's fast-lane bucket is smaller than the
   allowance of a request without an output cap (which it would refuse). Whatever an
   `auto` tenant's request needs of the routing stage (a gate, a route's or its sole
   provider's limits) it gets there (docs/fast-lane.md, "Models held in the exact lane");
 - without tenants `auto` is Envoy's routing alone, so only when nothing needs the routing
   stage: no provider's or route's rate limits or concurrency gate (Envoy's gate has no
-  `max_wait` and no order between classes), and no `scenarios:` a client may choose per
-  request (the fast lane reports a request under its route's scenario).
+  `max_wait` and no order between classes).
 
 validate.py's rules then hold the default as they hold a written lane; a written lane is
 never changed.
@@ -68,32 +70,42 @@ def fast_lane_cannot_enforce(
 @dataclass(frozen=True)
 class Declared:
     """What the default lane depends on: the valid tenants, every valid client key (even
-    of a tenant that is not valid), providers, routes and declared scenarios."""
+    of a tenant that is not valid), providers and routes; `tenants_complete` is False when
+    some tenant failed validation."""
 
     tenants: Sequence[Tenant]
     keys: Sequence[ClientKey]
     providers: Sequence[Limited]
     routes: Sequence[Limited]
-    scenarios: Sequence[str]
+    tenants_complete: bool = True
 
 
 def default_lane(admission: Admission, declared: Declared) -> tuple[Lane, str]:
     """The lane for `admission.lane` left out, and why (this module's rules)."""
-    if declared.tenants or declared.keys:  # keys: of tenants that failed validation too
+    if not declared.tenants_complete:
+        # The rules below would judge the file without that tenant: its other problems
+        # are reported as they would be with the exact lane, never more.
+        return LANE_EXACT, "a tenant is not valid"
+    if declared.tenants:
         return _default_with_tenants(admission, declared)
     needs = fast_lane_cannot_enforce(declared.providers, declared.routes, beside_exact=False)
     if any(route.rate_limits for route in declared.routes):
         needs.append("routes' rate limits")
     if any(route.concurrency for route in declared.routes):
         needs.append("routes' concurrency gates")
-    if declared.scenarios:
-        needs.append("scenarios a client may choose per request")
     if needs:
         return LANE_EXACT, f"no tenants, and the routing stage enforces {', '.join(needs)}"
     return LANE_AUTO, "no tenants, and nothing needs the routing stage"
 
 
 def _default_with_tenants(admission: Admission, declared: Declared) -> tuple[Lane, str]:
+    if all(tenant.lane is not None for tenant in declared.tenants):
+        # Nobody takes the default: `auto` would only put Envoy's key check in front of
+        # tenants that all chose their lanes (model.resolve_admission).
+        return LANE_EXACT, "every tenant names its own lane"
+    if admission.store.kind == "redis":
+        # Envoy's buckets are per Envoy process: limits asked to be shared stay shared.
+        return LANE_EXACT, "limits are shared across replicas (admission.store: redis)"
     bare = [key.name for key in declared.keys if key.secret is None]
     if bare:
         return LANE_EXACT, f"client key '{bare[0]}' has no secret for Envoy to check"

@@ -345,7 +345,6 @@ class Config(Strict):
             keys=[key for tenant in self.tenants for key in tenant.keys],
             providers=self.providers,
             routes=self.routes,
-            scenarios=self.scenarios,
         )
         admission = with_default_lane(self.admission, declared)
         object.__setattr__(self, "admission", admission)

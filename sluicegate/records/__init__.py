@@ -31,7 +31,7 @@ from .metrics import (
     RecordMetrics,
     time_per_output_token,
 )
-from .record import RequestRecord, decode, fields_of, log_name
+from .record import RecordDefaults, RequestRecord, decode, fields_of, log_name, scenario_of
 from .sink import RecordSink, log_records
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "Declared",
     "JsonLinesAccessLog",
     "RecordBatches",
+    "RecordDefaults",
     "RecordMetrics",
     "RecordSink",
     "RecordWriter",
@@ -67,5 +68,6 @@ __all__ = [
     "log_records",
     "logs_handler",
     "record_line",
+    "scenario_of",
     "time_per_output_token",
 ]

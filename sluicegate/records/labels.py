@@ -16,7 +16,7 @@ from typing import Final
 from sluicegate import wire
 from sluicegate.model import Gateway
 
-from .record import RequestRecord
+from .record import RecordDefaults, RequestRecord
 
 OTHER: Final = "other"
 # A value the request did not have; also the routing stage's priority for a request it
@@ -45,9 +45,11 @@ class Declared:
     scenarios: frozenset[str] = frozenset()
     # provider -> (client model -> provider model)
     model_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    # route -> its scenario: a request no routing stage saw (routed by Envoy alone,
-    # docs/fast-lane.md) is reported under its route's.
-    route_scenarios: Mapping[str, str] = field(default_factory=dict)
+    # What a request no routing stage saw (routed by Envoy alone, docs/fast-lane.md) is
+    # recorded as: its scenario, and the anonymous tenant without tenants (record.decode).
+    record_defaults: RecordDefaults = field(
+        default_factory=lambda: RecordDefaults({}, frozenset())
+    )
 
     @classmethod
     def from_gateway(cls, gateway: Gateway) -> Declared:
@@ -62,7 +64,11 @@ class Declared:
             # Gateway.scenarios include the default scenario (config.DEFAULT_SCENARIO).
             scenarios=frozenset(gateway.scenarios),
             model_maps={p.name: dict(p.model_map) for p in gateway.providers if p.model_map},
-            route_scenarios={route.name: route.scenario for route in gateway.routes},
+            record_defaults=RecordDefaults(
+                {route.name: route.scenario for route in gateway.routes},
+                frozenset(gateway.scenarios),
+                None if gateway.tenants else admission.default_priority,
+            ),
         )
 
     def labels(self, record: RequestRecord) -> tuple[str, str, str, str, str, str]:
@@ -73,5 +79,5 @@ class Declared:
             _bounded(record.model, self.models),
             _bounded(record.tenant, self.tenants),
             _bounded(record.priority, self.priorities),
-            _bounded(record.scenario or self.route_scenarios.get(record.route, ""), self.scenarios),
+            _bounded(record.scenario, self.scenarios),
         )

@@ -202,9 +202,44 @@ def fields_of(log_record: Any) -> dict[str, str]:
     return {item.key: item.value.string_value for item in log_record.attributes}
 
 
-def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> RequestRecord:
+def scenario_of(route_scenario: str, asked: str | None, declared: frozenset[str]) -> str:
+    """The request's scenario: the one the client asked for (wire.SCENARIO_HEADER) when it
+    is declared, else its route's. An undeclared or malformed value is ignored: a header
+    that only labels a request never fails it. The routing stage's rule, and the record's
+    for a request no routing stage saw (RecordDefaults)."""
+    if asked:
+        asked = asked.strip().lower()
+        if asked in declared:
+            return asked
+    return route_scenario
+
+
+@dataclass(frozen=True, slots=True)
+class RecordDefaults:
+    """What a request the routing stage did not name is recorded as (Envoy routed it
+    alone: docs/fast-lane.md), as the routing stage would have named it: its scenario is
+    the client's header when declared, else its route's (none for a request no route
+    served); in a gateway without tenants, a routed request is the anonymous tenant's, of
+    the default class."""
+
+    by_route: Mapping[str, str]  # route -> its scenario
+    declared: frozenset[str]  # every scenario a client may ask for
+    # The default class, for a gateway without tenants; None with tenants.
+    anonymous_class: str | None = None
+
+    def scenario(self, route: str, asked: str) -> str:
+        route_scenario = self.by_route.get(route)
+        return "" if route_scenario is None else scenario_of(route_scenario, asked, self.declared)
+
+
+def decode(
+    log_record: Any,
+    model_maps: Mapping[str, Mapping[str, str]],
+    defaults: RecordDefaults | None = None,
+) -> RequestRecord:
     """One OTel LogRecord (opentelemetry.proto.logs.v1) as a RequestRecord; `model_maps`
-    is each provider's model_map (client model -> provider model). Never raises."""
+    is each provider's model_map (client model -> provider model); `defaults` names what
+    the routing stage did not (without it: nothing). Never raises."""
     attrs = fields_of(log_record)
     meta = _json_object(attrs.get(wire.RECORD_METADATA))
     usage = _json_object(attrs.get(wire.RECORD_USAGE))
@@ -224,19 +259,27 @@ def decode(log_record: Any, model_maps: Mapping[str, Mapping[str, str]]) -> Requ
         flags,
         _text(attrs.get(wire.RECORD_ROUTE)),
     )
+    # The routing stage names the model route of a request it refused after routing.
+    route = _meta_text(meta, wire.META_ROUTE) or _text(attrs.get(wire.RECORD_ROUTE))
+    scenario = _meta_text(meta, wire.META_SCENARIO)
+    tenant = _meta_text(meta, wire.META_TENANT)
+    priority = _meta_text(meta, wire.META_PRIORITY)
+    if defaults is not None:
+        if not scenario:
+            scenario = defaults.scenario(route, _meta_text(meta, wire.META_SCENARIO_ASKED))
+        if not tenant and defaults.anonymous_class is not None and route in defaults.by_route:
+            tenant, priority = wire.ANONYMOUS_TENANT, priority or defaults.anonymous_class
     return RequestRecord(
-        # The routing stage names the model route of a request it refused after routing.
-        route=_meta_text(meta, wire.META_ROUTE) or _text(attrs.get(wire.RECORD_ROUTE)),
+        route=route,
         provider=provider,
         model=model,
         model_sent=model_sent,
         # Envoy's key check refuses a request before anything names its tenant: it is the
         # anonymous tenant's, as the routing stage's refusals of keys are.
-        tenant=_meta_text(meta, wire.META_TENANT)
-        or (wire.ANONYMOUS_TENANT if code in _KEY_REFUSALS else ""),
+        tenant=tenant or (wire.ANONYMOUS_TENANT if code in _KEY_REFUSALS else ""),
         key_name=_meta_text(meta, wire.META_KEY_NAME),
-        priority=_meta_text(meta, wire.META_PRIORITY),
-        scenario=_meta_text(meta, wire.META_SCENARIO),
+        priority=priority,
+        scenario=scenario,
         status=status,
         status_class=status_class(status),
         flags=flags,

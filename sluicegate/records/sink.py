@@ -89,7 +89,7 @@ class RecordSink:
         on_record = self._on_record
         records: list[RequestRecord] = []
         for log_record in batch:
-            record = decode(log_record, declared.model_maps)
+            record = decode(log_record, declared.model_maps, declared.record_defaults)
             if not record.in_flight:  # a request still running is counted at its end
                 metrics.observe(record, declared.labels(record))
             if on_record is not None:

@@ -10,9 +10,11 @@ and the requests it refused from `upstream_rq_pending_overflow` and `upstream_rq
 and shows them under `envoy_gates` in `/status` and as gauges on `/metrics` (stack/up_http.py).
 
 Envoy's counts are route-wide and per Envoy process: another Envoy on the same control
-plane holds gates of its own, which its own admin shows. A partition is named after the
-classes it holds: the top class's name (Envoy's HIGH priority), `other` for the rest
-(DEFAULT), or `all` for a gate of one partition.
+plane holds gates of its own, which its own admin shows. Right after a reload changes a
+gate, the control plane's new limits may meet the counts of the cluster Envoy still holds
+(until it takes the new one): the figures are a view, not a check. A partition is `top`
+(the top class, `class`, at Envoy's HIGH priority), `rest` (the other classes, DEFAULT),
+or `all` (a gate of one partition): fixed names, so no class name can make two series one.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ STATS_PATH: Final = "/stats?format=json&filter=" + urllib.parse.quote(
     rf"^cluster\.{CLUSTER_PREFIX}.+\.(circuit_breakers\.(high|default)\.remaining_(rq|pending)"
     r"|upstream_rq_(pending_)?overflow)$"
 )
-OTHER_CLASSES: Final = "other"
-ALL_CLASSES: Final = "all"
+TOP_PARTITION: Final = "top"
+REST_PARTITION: Final = "rest"
+WHOLE_GATE: Final = "all"
 
 
 def read_stats(document: Any) -> dict[str, dict[tuple[str, str], int]]:
@@ -66,23 +69,28 @@ def read_stats(document: Any) -> dict[str, dict[tuple[str, str], int]]:
 def gates_document(
     gates: Mapping[str, Any], stats: Mapping[str, Mapping[tuple[str, str], int]] | None
 ) -> dict[str, dict[str, Any]]:
-    """`/status` `envoy_gates`: route -> `partitions` (each: `partition`, `priority`,
-    `in_flight` of `max_requests`, `waiting` of `max_pending`) and `refused` (since
-    Envoy started). A figure Envoy did not give (`stats` None: it did not answer) is None."""
+    """`/status` `envoy_gates`: route -> `partitions` (each: `partition`, the top `class`
+    or None, Envoy's `priority`, `in_flight` of `max_requests`, `waiting` of
+    `max_pending`) and `refused` (since Envoy started). A figure Envoy did not give
+    (`stats` None: it did not answer) is None."""
     document = {}
     for route, gate in sorted(gates.items()):
         if not isinstance(gate, Mapping):
             continue
         held = None if stats is None else stats.get(route, {})
         top = gate.get("top_class")
-        parts = [(str(top), "high", "top_requests", "top_pending")] if top else []
-        parts.append((OTHER_CLASSES if top else ALL_CLASSES, "default", "requests", "pending"))
+        parts: list[tuple[str, str | None, str, str, str]] = []
+        if top:
+            parts.append((TOP_PARTITION, str(top), "high", "top_requests", "top_pending"))
+        rest = REST_PARTITION if top else WHOLE_GATE
+        parts.append((rest, None, "default", "requests", "pending"))
         partitions = []
-        for name, priority, requests_key, pending_key in parts:
+        for name, klass, priority, requests_key, pending_key in parts:
             most, queue = _int(gate.get(requests_key)), _int(gate.get(pending_key))
             partitions.append(
                 {
                     "partition": name,
+                    "class": klass,
                     "priority": priority,
                     "in_flight": _used(most, held, (priority, "in_flight")),
                     "max_requests": most,

@@ -283,7 +283,8 @@ def _envoy_gates(document: Mapping[str, Any]) -> list[str]:
         for index, partition in enumerate(_dicts(_mapping(gate).get("partitions"))):
             rows.append((
                 route if index == 0 else "",
-                str(partition.get("partition", "?")),
+                str(partition.get("partition", "?"))
+                + (f" ({partition['class']})" if partition.get("class") else ""),
                 _of(partition.get("in_flight"), partition.get("max_requests")),
                 _of(partition.get("waiting"), partition.get("max_pending")),
                 ("-" if refused is None else str(refused)) if index == 0 else "",

@@ -56,16 +56,15 @@ def test_without_tenants_what_the_routing_stage_enforces_keeps_it(extra: str, ne
     assert why == f"no tenants, and the routing stage enforces {needs}"
 
 
-def test_providers_limits_and_declared_scenarios_keep_the_routing_stage() -> None:
+def test_providers_gates_keep_the_routing_stage_and_scenarios_do_not() -> None:
     text = MINIMAL.replace(
         "    base_url: http://127.0.0.1:18081/v1\n",
         "    base_url: http://127.0.0.1:18081/v1\n    concurrency: {max_requests: 2}\n",
     )
     assert lane_of(text)[0] == "exact"
     assert "providers' concurrency gates" in lane_of(text)[1]
-    lane, why = lane_of(MINIMAL + "scenarios: [chat]\n")
-    assert lane == "exact"
-    assert why.endswith("scenarios a client may choose per request")
+    # A client's scenario header counts in either lane (records.RecordDefaults).
+    assert lane_of(MINIMAL + "scenarios: [chat]\n")[0] == "auto"
 
 
 def test_tenants_whose_keys_all_have_their_secret_take_the_auto_lane() -> None:
@@ -97,11 +96,20 @@ def test_tenants_the_fast_lane_cannot_hold_keep_the_exact_lane(
 def test_a_written_lane_is_never_changed() -> None:
     assert lane_of(MINIMAL + "admission: {lane: exact}\n") == ("exact", "")
     assert lane_of(MINIMAL + "admission: {lane: fast}\n" + tenant()) == ("fast", "")
-    # A tenant's own lane stands; the others take the default.
-    text = MINIMAL + tenant(lane="exact")
-    admission = load_config_text(text, "t.yaml").admission
-    assert admission.lane == "auto"
-    assert [admission.lane_of(t) for t in load_config_text(text, "t.yaml").tenants] == ["exact"]
+    # A tenant's own lane stands; when every tenant names its own, nobody takes the
+    # default, and `auto` would only put Envoy's key check in front of them.
+    assert lane_of(MINIMAL + tenant(lane="exact")) == ("exact", "every tenant names its own lane")
+    other = tenant().replace("tenants:\n", "").replace("team", "crew").replace("ci", "cd")
+    two = MINIMAL + tenant(lane="exact") + other.replace(KEY_HASH[-8:], "00000000")
+    config = load_config_text(two, "t.yaml")
+    assert config.admission.lane == "auto"
+    assert [config.admission.lane_of(t) for t in config.tenants] == ["exact", "auto"]
+
+
+def test_limits_shared_across_replicas_keep_the_exact_lane() -> None:
+    """Envoy's token buckets are per Envoy process; a Redis store shares the windows."""
+    text = MINIMAL + tenant() + "admission: {store: {kind: redis, url: redis://127.0.0.1:1}}\n"
+    assert lane_of(text) == ("exact", "limits are shared across replicas (admission.store: redis)")
 
 
 def test_a_defaulted_auto_tenant_without_limits_is_no_warning() -> None:
@@ -121,9 +129,16 @@ def test_a_document_with_other_errors_gets_the_default_from_what_is_valid() -> N
     not."""
     broken = MINIMAL.replace("port: 10000", "port: -1") + tenant(secret=False)
     assert [p.key_path for p in problems_of(broken)] == ["listeners[0].port"]
-    # A tenant that failed validation still has its keys counted.
-    broken = MINIMAL + tenant(secret=False).replace("rate_limits:", "priority: 3\n    rate_limits:")
-    assert [p.key_path for p in problems_of(broken)] == ["tenants[0].priority"]
+    # A tenant that failed validation leaves the exact lane: the rest of the file is
+    # judged as with it, never more (here: no fast lane asked to enforce providers' limits).
+    limited = MINIMAL.replace(
+        "    base_url: http://127.0.0.1:18081/v1\n",
+        "    base_url: http://127.0.0.1:18081/v1\n    rate_limits: {requests: 5}\n",
+    )
+    for base in (MINIMAL, limited):
+        for secret in (False, True):
+            broken = base + tenant(secret).replace("rate_limits:", "priority: 3\n    rate_limits:")
+            assert [p.key_path for p in problems_of(broken)] == ["tenants[0].priority"]
 
 
 def test_validate_says_which_lane_and_why(tmp_path: Path) -> None:
@@ -131,7 +146,7 @@ def test_validate_says_which_lane_and_why(tmp_path: Path) -> None:
     path.write_text(MINIMAL)
     assert describe_lanes(path) == [
         "requests: lane auto (the default: no tenants, and nothing needs the routing "
-        "stage): Envoy routes every request (no ext_proc stream)"
+        "stage): Envoy routes every request (no routing-stage stream)"
     ]
     path.write_text(MINIMAL + tenant(secret=False))
     assert describe_lanes(path) == [

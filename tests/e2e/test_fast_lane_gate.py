@@ -257,12 +257,13 @@ def test_the_top_class_keeps_its_share_while_the_default_one_is_full(stack: Stac
             (p["partition"], p["in_flight"], p["max_requests"], p["waiting"], p["max_pending"])
             for p in gate["partitions"]
         ] == [
-            ("interactive", 0, HIGH_IN_FLIGHT, 0, HIGH_WAITING),
-            ("other", DEFAULT_IN_FLIGHT, DEFAULT_IN_FLIGHT, DEFAULT_WAITING, DEFAULT_WAITING),
+            ("top", 0, HIGH_IN_FLIGHT, 0, HIGH_WAITING),
+            ("rest", DEFAULT_IN_FLIGHT, DEFAULT_IN_FLIGHT, DEFAULT_WAITING, DEFAULT_WAITING),
         ]
+        assert gate["partitions"][0]["class"] == "interactive"
         in_flight = "sluicegate_envoy_gate_in_flight_requests"
-        assert stack.metric_sum(in_flight, route=ROUTE, partition="other") == DEFAULT_IN_FLIGHT
-        assert stack.metric_sum(in_flight, route=ROUTE, partition="interactive") == 0
+        assert stack.metric_sum(in_flight, route=ROUTE, partition="rest") == DEFAULT_IN_FLIGHT
+        assert stack.metric_sum(in_flight, route=ROUTE, partition="top") == 0
         lowered = _post(stack, "vip", **{wire.PRIORITY_HEADER: "standard"})
         vip = _results(
             [pool.submit(_post, stack, "vip") for _ in range(HIGH_IN_FLIGHT + HIGH_WAITING + 1)]

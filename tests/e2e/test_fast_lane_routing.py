@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from sluicegate import wire
 from sluicegate.testing import quickstart_on_free_ports
 from tests.e2e.stack import Stack, running_stack
 
@@ -42,6 +43,7 @@ def fast_lane_quickstart(tmp: Path) -> dict[str, Any]:
         route.pop("concurrency", None)
     doc["admission"].pop("lane")
     doc["admission"].pop("auto_lane")
+    doc["scenarios"] = ["long-generation"]  # a client may ask for it in either lane
     return doc
 
 
@@ -52,10 +54,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running
 
 
-def _post(stack: Stack, body: bytes, path: str = "/v1/chat/completions") -> tuple[int, str, str]:
+def _post(
+    stack: Stack, body: bytes, path: str = "/v1/chat/completions", **headers: str
+) -> tuple[int, str, str]:
     """(status, content-type, body)."""
     request = urllib.request.Request(
-        stack.gateway + path, data=body, headers={"content-type": "application/json"}
+        stack.gateway + path, data=body, headers={"content-type": "application/json", **headers}
     )
     try:
         with urllib.request.urlopen(request, timeout=20) as response:
@@ -178,14 +182,33 @@ def test_a_null_stream_is_not_a_stream(stack: Stack) -> None:
 
 def test_every_request_still_reaches_the_metrics(stack: Stack) -> None:
     """The record carries the model and route Envoy read: /metrics counts them, under the
-    route's scenario."""
-    for _ in range(3):
-        assert _post(stack, _chat())[0] == 200
-    labels = {"model": MODEL, "route": "qwen", "scenario": "default"}
+    scenario the client asked for when it is declared (in any case), else the route's."""
+    expected = {"default": 3, "long-generation": 2}
+
+    def counted() -> dict[str, float]:
+        return {
+            scenario: stack.metric_sum(DURATION, model=MODEL, route="qwen", scenario=scenario)
+            - before.get(scenario, 0)
+            for scenario in expected
+        }
+
+    # Earlier tests' records may still come in (Envoy sends them every 100 ms): counted
+    # from when the counts hold still.
+    before: dict[str, float] = {}
+    before = counted()
+    settled = time.monotonic() + 15
+    time.sleep(0.5)
+    while counted() != {scenario: 0 for scenario in expected}:
+        assert time.monotonic() < settled, "earlier records never stopped coming"
+        before = {k: v + before.get(k, 0) for k, v in counted().items()}
+        time.sleep(0.5)
+    asked = {wire.SCENARIO_HEADER: "Long-Generation"}
+    for headers in ({}, {}, {wire.SCENARIO_HEADER: "not-declared"}, asked, asked):
+        assert _post(stack, _chat(), **headers)[0] == 200
     deadline = time.monotonic() + 15
-    while stack.metric_sum(DURATION, **labels) < 3 and time.monotonic() < deadline:
+    while counted() != expected and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert stack.metric_sum(DURATION, **labels) >= 3
+    assert counted() == expected
 
 
 def _counts(stack: Stack) -> tuple[float, float]:

@@ -115,8 +115,11 @@ class Gateway:
 
 
 def document(listen_port: int, provider_port: int, *, tenants: bool) -> str:
+    # The routing stage writes the record's metadata (without tenants the default lane
+    # would be Envoy's routing alone).
     text = f"""
 version: 1
+admission: {{lane: exact}}
 listeners: [{{name: main, port: {listen_port}}}]
 providers:
   - {{name: echo, base_url: "http://127.0.0.1:{provider_port}/v1"}}

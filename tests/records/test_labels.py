@@ -5,10 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import yaml
+
 from sluicegate import wire
+from sluicegate.config import Config
+from sluicegate.model import build_model
 from sluicegate.records import LABELS, NONE, OTHER, Declared, decode
 
-from .helpers import gateway, log_record, streamed
+from .helpers import MODEL, gateway, log_record, streamed
 
 
 def test_declared_names_come_from_the_model() -> None:
@@ -64,3 +68,43 @@ def test_the_key_name_is_never_a_label() -> None:
     record = decode(log_record(streamed()), declared.model_maps)
     assert record.key_name == "ci"
     assert "ci" not in declared.labels(record)
+
+
+def test_a_request_envoy_routed_alone_has_its_clients_scenario_else_its_routes() -> None:
+    """The model reader writes what the client asked for (wire.META_SCENARIO_ASKED); the
+    record judges it as the routing stage does (records.scenario_of)."""
+    declared = Declared.from_gateway(gateway(scenarios=["chat", "long"]))
+
+    def scenario(meta: dict[str, str], route: str = "chat") -> str:
+        fields = streamed(**{wire.RECORD_METADATA: json.dumps(meta), wire.RECORD_ROUTE: route})
+        record = decode(log_record(fields), declared.model_maps, declared.record_defaults)
+        assert declared.labels(record)[5] == (record.scenario or NONE)
+        return record.scenario
+
+    assert scenario({wire.META_SCENARIO_ASKED: " Long "}) == "long"
+    assert scenario({wire.META_SCENARIO_ASKED: "made-up"}) == "default"  # the route's
+    assert scenario({}) == "default"
+    # The routing stage's own judgement stands; a request no route served has none.
+    assert scenario({wire.META_SCENARIO: "chat", wire.META_SCENARIO_ASKED: "long"}) == "chat"
+    assert scenario({wire.META_SCENARIO_ASKED: "long"}, route="models") == ""
+
+
+def test_without_tenants_a_request_envoy_routed_is_the_anonymous_tenants() -> None:
+    """As the routing stage records it: the anonymous tenant, the default class; a request
+    no route served stays without (the model reader names neither in the fast lane)."""
+    document = yaml.safe_load(MODEL)
+    del document["tenants"]
+    declared = Declared.from_gateway(build_model(Config.model_validate(document), {}))
+
+    def names(route: str, meta: dict[str, str]) -> tuple[str, str]:
+        fields = streamed(**{wire.RECORD_METADATA: json.dumps(meta), wire.RECORD_ROUTE: route})
+        record = decode(log_record(fields), declared.model_maps, declared.record_defaults)
+        return record.tenant, record.priority
+
+    assert names("chat", {wire.META_MODEL: "m"}) == ("anonymous", "batch")
+    assert names("models", {}) == ("", "")
+    # With tenants, what the model reader names stands and nothing else is made up.
+    with_tenants = Declared.from_gateway(gateway())
+    fields = streamed(**{wire.RECORD_METADATA: json.dumps({wire.META_MODEL: "m"})})
+    record = decode(log_record(fields), with_tenants.model_maps, with_tenants.record_defaults)
+    assert (record.tenant, record.priority) == ("", "")

@@ -42,16 +42,16 @@ def test_each_partition_is_its_limit_less_what_envoy_says_remains() -> None:
     assert document == {
         "bulk": {
             "partitions": [
-                {"partition": "all", "priority": "default", "in_flight": 0, "max_requests": 8,
-                 "waiting": None, "max_pending": 12},
+                {"partition": "all", "class": None, "priority": "default", "in_flight": 0,
+                 "max_requests": 8, "waiting": None, "max_pending": 12},
             ],
             "refused": None,
         },
         "chat.v2": {
             "partitions": [
-                {"partition": "interactive", "priority": "high", "in_flight": 1,
-                 "max_requests": 1, "waiting": 1, "max_pending": 2},
-                {"partition": "other", "priority": "default", "in_flight": 2,
+                {"partition": "top", "class": "interactive", "priority": "high",
+                 "in_flight": 1, "max_requests": 1, "waiting": 1, "max_pending": 2},
+                {"partition": "rest", "class": None, "priority": "default", "in_flight": 2,
                  "max_requests": 3, "waiting": 0, "max_pending": 5},
             ],
             "refused": 5,
@@ -73,8 +73,8 @@ def test_without_envoys_answer_only_the_limits_are_known() -> None:
 
 def test_the_gauges_name_route_and_partition() -> None:
     samples = _samples(gates_metrics(gates_document({"chat.v2": SPLIT}, read_stats(STATS))))
-    assert samples[("sluicegate_envoy_gate_in_flight_requests", ("chat.v2", "other"))] == 2
-    assert samples[("sluicegate_envoy_gate_waiting_requests", ("chat.v2", "interactive"))] == 1
+    assert samples[("sluicegate_envoy_gate_in_flight_requests", ("chat.v2", "rest"))] == 2
+    assert samples[("sluicegate_envoy_gate_waiting_requests", ("chat.v2", "top"))] == 1
     assert samples[("sluicegate_envoy_gate_refused_requests_total", ("chat.v2",))] == 5
     assert gates_metrics({}) == b""
 
@@ -84,8 +84,8 @@ def test_status_shows_a_table_of_partitions() -> None:
     text = render_status(document, 0.0)
     section = text[text.index("Envoy's gates") :].splitlines()
     assert section[2].split() == ["ROUTE", "PARTITION", "IN", "FLIGHT", "WAITING", "REFUSED"]
-    assert section[3].split() == ["chat.v2", "interactive", "1/1", "1/2", "5"]
-    assert section[4].split() == ["other", "2/3", "0/5"]
+    assert section[3].split() == ["chat.v2", "top", "(interactive)", "1/1", "1/2", "5"]
+    assert section[4].split() == ["rest", "2/3", "0/5"]
     assert "Envoy's gates" not in render_status({"envoy_gates": {}}, 0.0)
 
 

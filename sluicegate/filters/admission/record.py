@@ -60,17 +60,6 @@ def _true_field(key: str) -> bytes:
 _AUTO_LANE: Final = _true_field(wire.META_AUTO_LANE)
 
 
-def scenario_of(route_scenario: str, asked: str | None, declared: frozenset[str]) -> str:
-    """The request's scenario: the one the client asked for (wire.SCENARIO_HEADER) when it
-    is declared, else its route's. An undeclared or malformed value is ignored: a header
-    that only labels a request never fails it."""
-    if asked:
-        asked = asked.strip().lower()
-        if asked in declared:
-            return asked
-    return route_scenario
-
-
 def record_fields(
     *,
     tenant: str,

@@ -38,6 +38,7 @@ from google.protobuf import duration_pb2
 
 from sluicegate import wire
 from sluicegate.config import DEFAULT_SCENARIO
+from sluicegate.records import scenario_of
 
 from .. import counters as outcome
 from .. import errors
@@ -71,7 +72,6 @@ from .record import (
     known_field,
     record_fields,
     routed_record,
-    scenario_of,
     with_record,
 )
 

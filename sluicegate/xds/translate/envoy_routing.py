@@ -121,6 +121,8 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
             held=frozenset(gateway.held_models)
             if any(t.auto for t in gateway.tenants)
             else frozenset(),
+            # Gateway.scenarios hold the default one: more means a client may choose.
+            scenarios=len(gateway.scenarios) > 1,
         ))  # fmt: skip
         configs.append((MODEL_READER_FILTER, reader))
         configs += slot_configs(gateway)

@@ -107,6 +107,7 @@ def model_reader_lua(
     asks_usage: frozenset[str] = frozenset(),
     classes: tuple[str, ...] = (),
     held: frozenset[str] = frozenset(),
+    scenarios: bool = False,
 ) -> str:
     """The filter's source; `default_max_tokens` is the allowance of a request that names
     no output cap (admission.default_max_tokens), `max_output_tokens` the largest cap it
@@ -118,7 +119,9 @@ def model_reader_lua(
     tenant's request may ask for one of the priority `classes` (highest first) at or below
     its tenant's, as the routing stage lets it; an `auto` tenant's request for a model in
     `held` (model.Gateway.held_models) is passed to the routing stage, its client renamed
-    into the exact lane."""
+    into the exact lane; with `scenarios` (the config declares some), the scenario the
+    client asked for is written as it came (wire.META_SCENARIO_ASKED), for the record to
+    judge off the request's path (records.RecordDefaults)."""
     return rf"""
 local NAMESPACE = "{wire.METADATA_NAMESPACE}"
 local ENDPOINTS = {_lua_list(wire.GENERATION_ENDPOINTS)}
@@ -138,6 +141,7 @@ local RANK = {{}}
 for rank, name in ipairs({_lua_list(classes)}) do RANK[name] = rank end
 local HELD = {{}}
 for _, name in ipairs({_lua_list(tuple(sorted(held)))}) do HELD[name] = true end
+local SCENARIOS = {"true" if scenarios else "false"}
 local find, sub, byte = string.find, string.sub, string.byte
 
 -- The index of the quote that closes the string opened at `i`, or nil.
@@ -366,6 +370,7 @@ function envoy_on_request(handle)
   local lane, tenant, key = client(handle, headers)
   if lane == "{LANE_EXACT}" then return end  -- the routing stage decides it
   local asked = headers:get("{wire.PRIORITY_HEADER}")  -- the wrapper is void after body()
+  local scenario = SCENARIOS and headers:get("{wire.SCENARIO_HEADER}") or nil
   if lane == "{UNKNOWN_CLIENT.problem}" then return refuse(handle, lane) end
   -- A tenant's refusal before its class is known is recorded without one.
   local none = tenant ~= nil and "{wire.NO_PRIORITY_CLASS}" or nil
@@ -414,6 +419,10 @@ function envoy_on_request(handle)
   end
   meta:set(NAMESPACE, "{wire.META_MODEL}", model)
   meta:set(NAMESPACE, "{wire.META_STREAM}", stream)
+  if scenario ~= nil then
+    -- Cut: no declared name is longer (the record judges it).
+    meta:set(NAMESPACE, "{wire.META_SCENARIO_ASKED}", sub(scenario, 1, {wire.MAX_SCENARIO_ASKED}))
+  end
 
   if spans ~= nil then
     local input, output = input_estimate(text, spans), allowed
