@@ -91,7 +91,10 @@ def plain_bootstrap(doc: Mapping[str, Any], work: Path) -> dict[str, Any]:
     """sluicegate's translation of `doc` (one route, one model) as plain Envoy runs it:
     see the module's docstring. The document is written to work/sluicegate.yaml."""
     path = work / "sluicegate.yaml"
-    path.write_text(yaml.safe_dump(dict(doc), sort_keys=False))
+    # The routing stage's routes (on its headers), which this edit then leaves to the
+    # router alone: without a lane the default may be Envoy's own routing.
+    exact = {**doc, "admission": {**doc.get("admission", {}), "lane": "exact"}}
+    path.write_text(yaml.safe_dump(exact, sort_keys=False))
     resources = translate(build_model(load_config(path), {}))
     edited = {
         **resources,
