@@ -106,6 +106,8 @@ META_SCENARIO: Final = "scenario"
 # (records/record.py, RecordDefaults), off the request's path. The header itself is gone
 # by the request's end (the header allowlist removes it for the provider).
 META_SCENARIO_ASKED: Final = "scenario_asked"
+# Envoy's route for a path or model no route serves (404), named in its records.
+NOT_FOUND_ROUTE: Final = "not-found"
 MAX_SCENARIO_ASKED: Final = 80  # bytes kept of it: a scenario's name is at most 63
 META_QUEUE_MS: Final = "queue_ms"
 META_STREAM: Final = "stream"

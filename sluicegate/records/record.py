@@ -208,7 +208,8 @@ def scenario_of(route_scenario: str, asked: str | None, declared: frozenset[str]
     that only labels a request never fails it. The routing stage's rule, and the record's
     for a request no routing stage saw (RecordDefaults)."""
     if asked:
-        asked = asked.strip().lower()
+        # A repeated header arrives joined by commas (no name holds one): the last counts.
+        asked = asked.rpartition(",")[2].strip().lower()
         if asked in declared:
             return asked
     return route_scenario
@@ -220,7 +221,8 @@ class RecordDefaults:
     alone: docs/fast-lane.md), as the routing stage would have named it: its scenario is
     the client's header when declared, else its route's (none for a request no route
     served); in a gateway without tenants, a routed request is the anonymous tenant's, of
-    the default class."""
+    the default class, and one Envoy refused (a 404, a body it could not route) the
+    anonymous tenant's without a class."""
 
     by_route: Mapping[str, str]  # route -> its scenario
     declared: frozenset[str]  # every scenario a client may ask for
@@ -267,8 +269,13 @@ def decode(
     if defaults is not None:
         if not scenario:
             scenario = defaults.scenario(route, _meta_text(meta, wire.META_SCENARIO_ASKED))
-        if not tenant and defaults.anonymous_class is not None and route in defaults.by_route:
-            tenant, priority = wire.ANONYMOUS_TENANT, priority or defaults.anonymous_class
+        if not tenant and defaults.anonymous_class is not None:
+            if route in defaults.by_route:
+                tenant, priority = wire.ANONYMOUS_TENANT, priority or defaults.anonymous_class
+            elif route == wire.NOT_FOUND_ROUTE or local_replies.answered_code(route):
+                # Envoy's refusals: the routing stage's are the anonymous tenant's, with no
+                # class.
+                tenant = wire.ANONYMOUS_TENANT
     return RequestRecord(
         route=route,
         provider=provider,

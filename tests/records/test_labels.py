@@ -82,6 +82,7 @@ def test_a_request_envoy_routed_alone_has_its_clients_scenario_else_its_routes()
         return record.scenario
 
     assert scenario({wire.META_SCENARIO_ASKED: " Long "}) == "long"
+    assert scenario({wire.META_SCENARIO_ASKED: "chat, long"}) == "long"  # a repeated header
     assert scenario({wire.META_SCENARIO_ASKED: "made-up"}) == "default"  # the route's
     assert scenario({}) == "default"
     # The routing stage's own judgement stands; a request no route served has none.
@@ -103,6 +104,12 @@ def test_without_tenants_a_request_envoy_routed_is_the_anonymous_tenants() -> No
 
     assert names("chat", {wire.META_MODEL: "m"}) == ("anonymous", "batch")
     assert names("models", {}) == ("", "")
+    # Envoy's refusals are the anonymous tenant's, without a class, as the routing stage's.
+    assert names(wire.NOT_FOUND_ROUTE, {}) == ("anonymous", "")
+    assert names("answered-json", {}) == ("anonymous", "")
+    # What the routing stage wrote stands.
+    refused = {wire.META_TENANT: "anonymous", wire.META_PRIORITY: "none"}
+    assert names(wire.NOT_FOUND_ROUTE, refused) == ("anonymous", "none")
     # With tenants, what the model reader names stands and nothing else is made up.
     with_tenants = Declared.from_gateway(gateway())
     fields = streamed(**{wire.RECORD_METADATA: json.dumps({wire.META_MODEL: "m"})})

@@ -170,7 +170,7 @@ def _routes(gateway: Gateway, memo: RouteMemo | None = None) -> list[rc.Route]:
 
 def _not_found(prefix: str, *, ext_proc: bool) -> rc.Route:
     route = rc.Route(
-        name="not-found",
+        name=wire.NOT_FOUND_ROUTE,
         match=rc.RouteMatch(prefix=prefix),
         direct_response=rc.DirectResponseAction(
             status=404,
