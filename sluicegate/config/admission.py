@@ -291,9 +291,12 @@ class Admission(_Section):
         served = set(models)
         return [t for t in tenants if t.models is None or served & set(t.models)]
 
+    def _section_lane_why(self) -> str:
+        return f"the default: {self._lane_default}" if self._lane_default else "admission.lane"
+
     def describe_gateway_lane(self) -> str:
         """For `sluicegate validate` without tenants: who routes requests, and why."""
-        why = f"the default: {self._lane_default}" if self._lane_default else "admission.lane"
+        why = self._section_lane_why()
         does = (
             "the routing stage routes every request"
             if self.gateway_lane == LANE_EXACT
@@ -304,13 +307,7 @@ class Admission(_Section):
     def describe_lane(self, tenant: Tenant) -> str:
         """Which lane a tenant takes and why, for `sluicegate validate`."""
         lane = self.lane_of(tenant)
-        why = (
-            "its own lane"
-            if tenant.lane is not None
-            else f"the default: {self._lane_default}"
-            if self._lane_default
-            else "admission.lane"
-        )
+        why = "its own lane" if tenant.lane is not None else self._section_lane_why()
         does = {
             LANE_FAST: "Envoy checks its keys and limits it with token buckets",
             LANE_EXACT: "the routing stage admits it (sliding windows, queues)",

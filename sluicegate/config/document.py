@@ -181,13 +181,11 @@ class Document:
         valid = len(listeners) + len(providers) + len(routes)
         raw_tenants = _items(data.get("tenants"))
         tenants = _valid_items(Tenant, raw_tenants)
-        key_refs = tuple(_key_refs(raw_tenants))
         scenarios = _scenarios(data.get("scenarios", []))
         admission = _valid(Admission, data.get("admission", {}))
         if admission is not None:
             declared = Declared(
                 tenants=[tenant for _, tenant in tenants],
-                keys=[ref.key for ref in key_refs],
                 providers=[provider for _, provider in providers],
                 routes=[route for _, route in routes],
                 tenants_complete=len(tenants) == len(raw_tenants),
@@ -209,7 +207,7 @@ class Document:
             settings_routes=tuple(_settings_routes(raw["routes"])),
             tenants=tenants,
             admission=admission,
-            client_keys=key_refs,
+            client_keys=tuple(_key_refs(raw_tenants)),
             scenarios=scenarios,
             route_scenarios=tuple(_scenario_refs(raw["routes"])),
             access_log=_valid(AccessLog, data.get("access_log")),

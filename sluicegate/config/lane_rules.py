@@ -30,7 +30,6 @@ from .admission import (
     LANE_AUTO,
     LANE_EXACT,
     Admission,
-    ClientKey,
     Concurrency,
     Lane,
     RateLimits,
@@ -69,12 +68,10 @@ def fast_lane_cannot_enforce(
 
 @dataclass(frozen=True)
 class Declared:
-    """What the default lane depends on: the valid tenants, every valid client key (even
-    of a tenant that is not valid), providers and routes; `tenants_complete` is False when
-    some tenant failed validation."""
+    """What the default lane depends on: the valid tenants, providers and routes;
+    `tenants_complete` is False when some tenant failed validation."""
 
     tenants: Sequence[Tenant]
-    keys: Sequence[ClientKey]
     providers: Sequence[Limited]
     routes: Sequence[Limited]
     tenants_complete: bool = True
@@ -106,7 +103,7 @@ def _default_with_tenants(admission: Admission, declared: Declared) -> tuple[Lan
     if admission.store.kind == "redis":
         # Envoy's buckets are per Envoy process: limits asked to be shared stay shared.
         return LANE_EXACT, "limits are shared across replicas (admission.store: redis)"
-    bare = [key.name for key in declared.keys if key.secret is None]
+    bare = [key.name for t in declared.tenants for key in t.keys if key.secret is None]
     if bare:
         return LANE_EXACT, f"client key '{bare[0]}' has no secret for Envoy to check"
     # The tenants' and keys' limits become their fast-lane buckets; routes' are checked

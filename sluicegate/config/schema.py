@@ -342,7 +342,6 @@ class Config(Strict):
         # config is frozen, so the resolved section is put in place once, here.
         declared = Declared(
             tenants=self.tenants,
-            keys=[key for tenant in self.tenants for key in tenant.keys],
             providers=self.providers,
             routes=self.routes,
         )
