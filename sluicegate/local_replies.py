@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from .wire import (
+    ANSWERED_ROUTE_PREFIX,
     BODY_READ_MEMBERS,
     MAX_N,
     MAX_TOKENS_MEMBERS,
@@ -431,7 +432,6 @@ MODEL_NOT_SERVED: Final = BodyRefusal(
 
 
 # The routes that answer a refusal are named after it, so a record names its code.
-ANSWERED_ROUTE_PREFIX: Final = "answered-"
 
 
 def answered_route_name(refusal: BodyRefusal) -> str:

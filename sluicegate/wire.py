@@ -106,8 +106,20 @@ META_SCENARIO: Final = "scenario"
 # (records/record.py, RecordDefaults), off the request's path. The header itself is gone
 # by the request's end (the header allowlist removes it for the provider).
 META_SCENARIO_ASKED: Final = "scenario_asked"
-# Envoy's route for a path or model no route serves (404), named in its records.
+# Envoy's own routes (xds/translate/routes.py), named in their records: a path or model no
+# route serves (404), the model listings, and the model reader's refusals (`answered-<problem>`,
+# local_replies.answered_route_name). A configured route may not take such a name (config
+# validation): its records would be read as theirs.
 NOT_FOUND_ROUTE: Final = "not-found"
+MODELS_ROUTE: Final = "models"
+ANSWERED_ROUTE_PREFIX: Final = "answered-"
+
+
+def is_envoys_route_name(name: str) -> bool:
+    """Whether a route of this name would be one of Envoy's own routes above."""
+    return name in (NOT_FOUND_ROUTE, MODELS_ROUTE) or name.startswith(ANSWERED_ROUTE_PREFIX)
+
+
 MAX_SCENARIO_ASKED: Final = 80  # bytes kept of it: a scenario's name is at most 63
 META_QUEUE_MS: Final = "queue_ms"
 META_STREAM: Final = "stream"

@@ -12,6 +12,13 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sluicegate.wire import (
+    ANSWERED_ROUTE_PREFIX,
+    MODELS_ROUTE,
+    NOT_FOUND_ROUTE,
+    is_envoys_route_name,
+)
+
 from .addresses import is_ip_address, split_host_port
 from .admin_address import parse_admin_address
 from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant, check_model_names
@@ -233,6 +240,17 @@ class Route(Strict):
     @classmethod
     def _non_empty_models(cls, value: list[str]) -> list[str]:
         return check_model_names(value)
+
+    @field_validator("name")
+    @classmethod
+    def _not_envoys_name(cls, value: str) -> str:
+        if is_envoys_route_name(value):
+            raise ValueError(
+                f"{value!r} names one of Envoy's own routes (its records would read as that "
+                f"route's): choose another name (not {NOT_FOUND_ROUTE!r}, {MODELS_ROUTE!r} "
+                f"or one starting {ANSWERED_ROUTE_PREFIX!r})"
+            )
+        return value
 
 
 class Addresses(Strict):

@@ -133,6 +133,16 @@ def test_a_model_name_with_a_backslash_is_refused() -> None:
     assert "backslash" in problem.message
 
 
+@pytest.mark.parametrize("name", ["not-found", "models", "answered-not_json"])
+def test_a_route_named_like_one_of_envoys_own_is_refused(name: str) -> None:
+    """Envoy's 404, model-listing and refusal routes are named in their records: a route
+    of such a name would have its requests counted as unrouted or refused."""
+    problem = only([p for p in problems_of(MINIMAL.replace("name: chat", f"name: {name}"))
+                    if p.is_error])  # fmt: skip
+    assert (problem.line, problem.key_path) == (9, "routes[0].name")
+    assert "Envoy's own routes" in problem.message
+
+
 def test_yaml_bad_indentation_line() -> None:
     problem = only(problems_of("version: 1\nlisteners:\n  - name: gw\n   port: 1\n"))
     assert problem.line == 4

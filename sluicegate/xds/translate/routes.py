@@ -193,7 +193,7 @@ def _json_route(path: str, body: bytes, *, keyed: bool) -> rc.Route:
     (no Python involved); with them, ext_proc checks the key first and answers a tenant
     limited to some models itself."""
     route = rc.Route(
-        name="models",
+        name=wire.MODELS_ROUTE,
         match=rc.RouteMatch(
             path=path,
             headers=[
