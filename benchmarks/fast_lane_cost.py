@@ -42,6 +42,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -106,7 +107,9 @@ ARMS: Final[dict[str, Arm | str]] = {
     "with a tenant: key check and token buckets": (frozenset(), False, "limits"),
     "with an auto tenant": (frozenset(), False, "auto"),
     "with an auto tenant, without the routing stage's filter": (
-        frozenset({ROUTING_STAGE_FILTER}), False, "auto"
+        frozenset({ROUTING_STAGE_FILTER}),
+        False,
+        "auto",
     ),
     "with scenarios declared": (frozenset(), False, "scenarios"),
 }
@@ -158,8 +161,8 @@ def _bootstrap(
     return static_bootstrap(resources, ext_proc_port=ext_proc)
 
 
-def _wrk(url: str, connections: int, seconds: int, script: Path) -> tuple[float, float]:
-    """(p50 µs, requests/s)."""
+def wrk_run(url: str, connections: int, seconds: int, script: Path) -> tuple[float, float, int]:
+    """(p50 µs, requests/s, requests) of one wrk run from the load core."""
     out = subprocess.run(
         ["taskset", "-c", LOAD_CORE, "wrk", f"-c{connections}", "-t1", f"-d{seconds}s",
          "--latency", "-s", str(script), url],
@@ -167,9 +170,23 @@ def _wrk(url: str, connections: int, seconds: int, script: Path) -> tuple[float,
     ).stdout  # fmt: skip
     found = re.search(r"50%\s+([\d.]+)(us|ms)", out)
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if found is None or rate is None or "Non-2xx" in out:
+    count = re.search(r"(\d+) requests in", out)
+    if found is None or rate is None or count is None or "Non-2xx" in out:
         raise RuntimeError(f"wrk said:\n{out}")
-    return float(found.group(1)) * (1 if found.group(2) == "us" else 1000), float(rate.group(1))
+    p50 = float(found.group(1)) * (1 if found.group(2) == "us" else 1000)
+    return p50, float(rate.group(1)), int(count.group(1))
+
+
+def wrk_script(work: Path, prompt_bytes: int) -> Path:
+    """wrk's script in `work`: every arm's request (the tenant's key, a scenario)."""
+    script = work / "post.lua"
+    script.write_text(
+        f'wrk.method = "POST"\nwrk.body = {json.dumps(_body(prompt_bytes))}\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f'wrk.headers["Authorization"] = "Bearer {TENANT_KEY}"\n'
+        f'wrk.headers["{wire.SCENARIO_HEADER}"] = "{SCENARIO}"\n'
+    )
+    return script
 
 
 def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
@@ -181,13 +198,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
         if wanted is None or any(w in name for w in wanted) or isinstance(arm, str)
     }
     upstream, *ports = free_ports(1 + len(arms))
-    script = work / "post.lua"
-    script.write_text(
-        f'wrk.method = "POST"\nwrk.body = {json.dumps(_body(prompt_bytes))}\n'
-        'wrk.headers["Content-Type"] = "application/json"\n'
-        f'wrk.headers["Authorization"] = "Bearer {TENANT_KEY}"\n'
-        f'wrk.headers["{wire.SCENARIO_HEADER}"] = "{SCENARIO}"\n'
-    )
+    script = wrk_script(work, prompt_bytes)
     files = {}
     for name, port in zip(arms, ports, strict=True):
         files[name] = work / f"sluicegate-{port}.yaml"
@@ -217,12 +228,12 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
                     for name, port in zip(arms, ports, strict=True)}  # fmt: skip
             for url in urls.values():
                 wait_listening(int(url.split(":")[2].split("/")[0]), 30.0)
-                _wrk(url, 4, 1, script)  # warm
+                wrk_run(url, 4, 1, script)  # warm
             names = list(arms)
             for index in range(rounds):
                 for name in names[index % len(names) :] + names[: index % len(names)]:
-                    p50, _ = _wrk(urls[name], 1, seconds, script)
-                    _, rate = _wrk(urls[name], 32, seconds, script)
+                    p50, _, _ = wrk_run(urls[name], 1, seconds, script)
+                    _, rate, _ = wrk_run(urls[name], 32, seconds, script)
                     results[name].append((p50, rate))
     finally:
         for envoy in envoys:
@@ -253,7 +264,14 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = benchmark_parser(__doc__, write_help=None)
+    return arms_main(__doc__, run, argv)
+
+
+def arms_main(
+    doc: str | None, run_arms: Callable[[int, int, int, str | None], str], argv: list[str] | None
+) -> int:
+    """The command line of a benchmark of Envoy arms (this one's, native_filter_cost's)."""
+    parser = benchmark_parser(doc, write_help=None)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm, load, round")
     parser.add_argument("--prompt-bytes", type=int, default=1200, help="the message's length")
@@ -261,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", help="the arms whose name has any of these texts, comma-separated (and baselines)"
     )
     args = parser.parse_args(argv)
-    print(run(args.rounds, args.seconds, args.prompt_bytes, args.only))
+    print(run_arms(args.rounds, args.seconds, args.prompt_bytes, args.only))
     return 0
 
 

@@ -33,9 +33,7 @@ medians of rounds and, per round, against plain.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -48,7 +46,6 @@ from typing import Any, Final
 import yaml
 
 from benchmarks.harness.bootstraps import bootstrap, cluster, typed
-from benchmarks.harness.cli import benchmark_parser
 from benchmarks.harness.processes import stop_tree, wait_listening
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
@@ -64,11 +61,12 @@ from .fast_lane_cost import (
     ENVOY_CORE,
     LOAD_CORE,
     MODEL,
-    SCENARIO,
-    TENANT_KEY,
     _body,
     _bootstrap,
     _document,
+    arms_main,
+    wrk_run,
+    wrk_script,
 )
 
 HERE: Final = Path(__file__).parent / "native_filter"
@@ -184,22 +182,6 @@ def arm_bootstrap(name: str, work: Path, upstream: int, port: int, unused: int) 
         (reader,) = [f for f in _http_filters(config) if f["name"] == MODEL_READER_FILTER]
         reader["typed_config"] = _module_filter("model", settings)
     return config
-
-
-def _wrk(url: str, connections: int, seconds: int, script: Path) -> tuple[float, float, int]:
-    """(p50 µs, requests/s, requests): fast_lane_cost's wrk run, with its request count."""
-    out = subprocess.run(
-        ["taskset", "-c", LOAD_CORE, "wrk", f"-c{connections}", "-t1", f"-d{seconds}s",
-         "--latency", "-s", str(script), url],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    found = re.search(r"50%\s+([\d.]+)(us|ms)", out)
-    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    count = re.search(r"(\d+) requests in", out)
-    if found is None or rate is None or count is None or "Non-2xx" in out:
-        raise RuntimeError(f"wrk said:\n{out}")
-    p50 = float(found.group(1)) * (1 if found.group(2) == "us" else 1000)
-    return p50, float(rate.group(1)), int(count.group(1))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -328,13 +310,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None = None) -
     built = build(work)
     os.environ[SEARCH_PATH] = str(built.parent)
     upstream, unused, *ports = free_ports(2 + len(arms))
-    script = work / "post.lua"
-    script.write_text(
-        f'wrk.method = "POST"\nwrk.body = {json.dumps(_body(prompt_bytes))}\n'
-        'wrk.headers["Content-Type"] = "application/json"\n'
-        f'wrk.headers["Authorization"] = "Bearer {TENANT_KEY}"\n'
-        f'wrk.headers["{wire.SCENARIO_HEADER}"] = "{SCENARIO}"\n'
-    )
+    script = wrk_script(work, prompt_bytes)
     fixed = subprocess.Popen(
         ["taskset", "-c", LOAD_CORE, sys.executable, "-m", "sluicegate.bench.fixed_upstream",
          "--port", str(upstream), "--model", MODEL, "--output-tokens", "20", "--workers", "1"],
@@ -358,15 +334,15 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None = None) -
                 for name, port in zip(arms, ports, strict=True)}  # fmt: skip
         for name, url in urls.items():
             wait_listening(ports[arms.index(name)], 30.0)
-            _wrk(url, 4, 1, script)  # warm
+            wrk_run(url, 4, 1, script)  # warm
         names = list(arms)
         for index in range(rounds):
             for name in names[index % len(names) :] + names[: index % len(names)]:
                 pid = envoys[name].pid
                 assert pid is not None
-                p50, _, _ = _wrk(urls[name], 1, seconds, script)
+                p50, _, _ = wrk_run(urls[name], 1, seconds, script)
                 before = _cpu_seconds(pid)
-                _, rate, count = _wrk(urls[name], 32, seconds, script)
+                _, rate, count = wrk_run(urls[name], 32, seconds, script)
                 cpu = (_cpu_seconds(pid) - before) / count
                 results[name].append((p50, rate, cpu))
                 loads.append(os.getloadavg()[0])
@@ -425,16 +401,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = benchmark_parser(__doc__, write_help=None)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm, load, round")
-    parser.add_argument("--prompt-bytes", type=int, default=1200, help="the message's length")
-    parser.add_argument(
-        "--only", help="the arms whose name has any of these texts, comma-separated (and plain)"
-    )
-    args = parser.parse_args(argv)
-    print(run(args.rounds, args.seconds, args.prompt_bytes, args.only))
-    return 0
+    return arms_main(__doc__, run, argv)
 
 
 if __name__ == "__main__":
