@@ -37,7 +37,6 @@ round, against plain.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -51,7 +50,7 @@ import yaml
 from benchmarks.harness.bootstraps import plain_gateway
 from benchmarks.harness.cli import benchmark_parser
 from benchmarks.harness.ext_proc_child import ExtProcChild
-from benchmarks.harness.processes import stop_tree, wait_listening
+from benchmarks.harness.processes import pin, stop_tree, wait_listening
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
 from sluicegate import wire
@@ -215,14 +214,14 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
     first = str(next(iter(files.values())))
     try:
         with ExtProcChild(serve_ext_proc, first) as ext_proc:
-            os.sched_setaffinity(ext_proc.pid, {int(LOAD_CORE)})
+            pin(ext_proc.pid, int(LOAD_CORE))
             for index, (name, arm) in enumerate(arms.items()):
                 bootstrap = _bootstrap(arm, files[name], upstream, ports[index], ext_proc.port)
                 envoy = EnvoyProcess(bootstrap, work_dir=work / f"envoy-{index}", concurrency=1)
                 envoys.append(envoy)
                 envoy.start_blocking()
                 assert envoy.pid is not None
-                os.sched_setaffinity(envoy.pid, {ENVOY_CORE})
+                pin(envoy.pid, ENVOY_CORE)
             wait_listening(upstream, 30.0)
             urls = {name: f"http://127.0.0.1:{port}/v1/chat/completions"
                     for name, port in zip(arms, ports, strict=True)}  # fmt: skip
@@ -276,7 +275,9 @@ def arms_main(
     parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm, load, round")
     parser.add_argument("--prompt-bytes", type=int, default=1200, help="the message's length")
     parser.add_argument(
-        "--only", help="the arms whose name has any of these texts, comma-separated (and baselines)"
+        "--only",
+        help="the arms whose name has any of these texts, comma-separated, and the baselines"
+        " (plain; in fast_lane_cost also the envoy peer)",
     )
     args = parser.parse_args(argv)
     print(run_arms(args.rounds, args.seconds, args.prompt_bytes, args.only))

@@ -46,7 +46,7 @@ from typing import Any, Final
 import yaml
 
 from benchmarks.harness.bootstraps import bootstrap, cluster, typed
-from benchmarks.harness.processes import stop_tree, wait_listening
+from benchmarks.harness.processes import pin, stop_tree, wait_listening
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
 from sluicegate import wire
@@ -329,7 +329,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None = None) -
             envoys[name] = envoy
             envoy.start_blocking()
             assert envoy.pid is not None
-            os.sched_setaffinity(envoy.pid, {ENVOY_CORE})
+            pin(envoy.pid, ENVOY_CORE)
         urls = {name: f"http://127.0.0.1:{port}/v1/chat/completions"
                 for name, port in zip(arms, ports, strict=True)}  # fmt: skip
         for name, url in urls.items():

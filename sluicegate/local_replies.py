@@ -431,10 +431,9 @@ MODEL_NOT_SERVED: Final = BodyRefusal(
 )
 
 
-# The routes that answer a refusal are named after it, so a record names its code.
-
-
 def answered_route_name(refusal: BodyRefusal) -> str:
+    """The name of the route that answers a refusal: named after it, so a record names
+    its code."""
     return ANSWERED_ROUTE_PREFIX + refusal.problem
 
 

@@ -108,16 +108,23 @@ META_SCENARIO: Final = "scenario"
 META_SCENARIO_ASKED: Final = "scenario_asked"
 # Envoy's own routes (xds/translate/routes.py), named in their records: a path or model no
 # route serves (404), the model listings, and the model reader's refusals (`answered-<problem>`,
-# local_replies.answered_route_name). A configured route may not take such a name (config
-# validation): its records would be read as theirs.
+# local_replies.answered_route_name).
 NOT_FOUND_ROUTE: Final = "not-found"
 MODELS_ROUTE: Final = "models"
 ANSWERED_ROUTE_PREFIX: Final = "answered-"
+# The metric label of a value outside the config's names, and of a missing value
+# (records/labels.py).
+OTHER_LABEL: Final = "other"
+NO_VALUE_LABEL: Final = "none"
+# Names a configured route may not take (config validation): its records would be read as
+# one of Envoy's routes', or its series would merge with the unknown or missing routes'.
+RESERVED_ROUTE_NAMES: Final = (NOT_FOUND_ROUTE, MODELS_ROUTE, OTHER_LABEL, NO_VALUE_LABEL)
 
 
-def is_envoys_route_name(name: str) -> bool:
-    """Whether a route of this name would be one of Envoy's own routes above."""
-    return name in (NOT_FOUND_ROUTE, MODELS_ROUTE) or name.startswith(ANSWERED_ROUTE_PREFIX)
+def is_reserved_route_name(name: str) -> bool:
+    """Whether a configured route may not take this name (RESERVED_ROUTE_NAMES, or one of
+    the model reader's refusal routes)."""
+    return name in RESERVED_ROUTE_NAMES or name.startswith(ANSWERED_ROUTE_PREFIX)
 
 
 MAX_SCENARIO_ASKED: Final = 80  # bytes kept of it: a scenario's name is at most 63
@@ -128,7 +135,7 @@ META_ERROR_CODE: Final = "error_code"
 # a request without a client key (always a declared tenant), and the priority of a
 # request refused before its class was resolved (labelled as a missing value).
 ANONYMOUS_TENANT: Final = "anonymous"
-NO_PRIORITY_CLASS: Final = "none"
+NO_PRIORITY_CLASS: Final = NO_VALUE_LABEL
 # An ext_proc server's answer carries `<prefix><its OpenAI error code>` as Envoy's
 # response code details (filters/responses.py); the record reads the code back from it.
 EXT_PROC_DETAILS_PREFIX: Final = "sluicegate_"

@@ -1,4 +1,5 @@
-"""Waiting for a port to listen and stopping a process with its children."""
+"""Waiting for a port to listen, pinning a process to a core and stopping a process
+with its children."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ def wait_listening(port: int, timeout_s: float) -> None:
         except OSError:
             time.sleep(0.02)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+def pin(pid: int, core: int) -> None:
+    """Pin every thread `pid` has now to `core`: `sched_setaffinity` on a PID sets its
+    main thread only, and Envoy's workers are threads started before it is ready."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(task), {core})
 
 
 def stop_tree(process: subprocess.Popen[bytes], grace_s: float = 20.0) -> list[int]:

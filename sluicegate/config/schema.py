@@ -14,9 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from sluicegate.wire import (
     ANSWERED_ROUTE_PREFIX,
-    MODELS_ROUTE,
-    NOT_FOUND_ROUTE,
-    is_envoys_route_name,
+    RESERVED_ROUTE_NAMES,
+    is_reserved_route_name,
 )
 
 from .addresses import is_ip_address, split_host_port
@@ -243,12 +242,14 @@ class Route(Strict):
 
     @field_validator("name")
     @classmethod
-    def _not_envoys_name(cls, value: str) -> str:
-        if is_envoys_route_name(value):
+    def _not_reserved_name(cls, value: str) -> str:
+        if is_reserved_route_name(value):
+            names = ", ".join(repr(name) for name in RESERVED_ROUTE_NAMES)
             raise ValueError(
-                f"{value!r} names one of Envoy's own routes (its records would read as that "
-                f"route's): choose another name (not {NOT_FOUND_ROUTE!r}, {MODELS_ROUTE!r} "
-                f"or one starting {ANSWERED_ROUTE_PREFIX!r})"
+                f"{value!r} is reserved (Envoy's own routes and the metric labels of unknown "
+                f"and missing routes take these names, so its records and series would "
+                f"merge with theirs): choose another name (not {names} or one starting "
+                f"{ANSWERED_ROUTE_PREFIX!r})"
             )
         return value
 

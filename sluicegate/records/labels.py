@@ -18,10 +18,10 @@ from sluicegate.model import Gateway
 
 from .record import RecordDefaults, RequestRecord
 
-OTHER: Final = "other"
+OTHER: Final = wire.OTHER_LABEL
 # A value the request did not have; also the routing stage's priority for a request it
-# refused before resolving its class.
-NONE: Final = wire.NO_PRIORITY_CLASS
+# refused before resolving its class (wire.NO_PRIORITY_CLASS).
+NONE: Final = wire.NO_VALUE_LABEL
 # Label names, in the order `Declared.labels` gives their values.
 LABELS: Final = ("route", "provider", "model", "tenant", "priority", "scenario")
 

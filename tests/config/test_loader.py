@@ -133,14 +133,17 @@ def test_a_model_name_with_a_backslash_is_refused() -> None:
     assert "backslash" in problem.message
 
 
-@pytest.mark.parametrize("name", ["not-found", "models", "answered-not_json"])
-def test_a_route_named_like_one_of_envoys_own_is_refused(name: str) -> None:
+@pytest.mark.parametrize("name", ["not-found", "models", "answered-not_json", "other", "none"])
+def test_a_reserved_route_name_is_refused(name: str) -> None:
     """Envoy's 404, model-listing and refusal routes are named in their records: a route
-    of such a name would have its requests counted as unrouted or refused."""
+    of such a name would have its requests counted as unrouted or refused. `other` and
+    `none` are the route label of an undeclared and of a missing route: its series would
+    merge with theirs."""
     problem = only([p for p in problems_of(MINIMAL.replace("name: chat", f"name: {name}"))
                     if p.is_error])  # fmt: skip
     assert (problem.line, problem.key_path) == (9, "routes[0].name")
-    assert "Envoy's own routes" in problem.message
+    assert "is reserved" in problem.message
+    assert "'other'" in problem.message
 
 
 def test_yaml_bad_indentation_line() -> None:
@@ -235,7 +238,7 @@ def test_list_item_error_points_at_the_item() -> None:
 
 
 def test_missing_required_key_points_at_parent_mapping() -> None:
-    text = MINIMAL + "  - name: other\n    models: [x]\n"
+    text = MINIMAL + "  - name: second\n    models: [x]\n"
     problem = only(problems_of(text))
     assert (problem.line, problem.key_path) == (13, "routes[1].backends")
     assert problem.message == "missing required key 'backends'"

@@ -83,7 +83,7 @@ def test_same_provider_twice_in_one_route() -> None:
 
 
 def test_same_model_twice_under_one_prefix() -> None:
-    extra = "  - name: other\n    models: [x, m]\n    backends: [{provider: alpha}]\n"
+    extra = "  - name: second\n    models: [x, m]\n    backends: [{provider: alpha}]\n"
     problem = only(problems_of(MINIMAL + extra))
     assert (problem.line, problem.key_path) == (14, "routes[1].models[1]")
     assert problem.message == (
@@ -93,7 +93,7 @@ def test_same_model_twice_under_one_prefix() -> None:
 
 
 def test_same_model_under_another_prefix_is_fine() -> None:
-    extra = "  - name: other\n    models: [m]\n    path_prefix: /v2/\n"
+    extra = "  - name: second\n    models: [m]\n    path_prefix: /v2/\n"
     extra += "    backends: [{provider: alpha}]\n"
     assert problems_of(MINIMAL + extra) == []
 

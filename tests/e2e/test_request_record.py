@@ -126,7 +126,7 @@ providers:
 scenarios: [chat, long-generation]
 routes:
   - {{name: chat, models: [m], scenario: chat, backends: [{{provider: echo}}]}}
-  - {{name: other, models: [o], backends: [{{provider: echo}}]}}
+  - {{name: second, models: [o], backends: [{{provider: echo}}]}}
 """
     if tenants:
         text += f"""

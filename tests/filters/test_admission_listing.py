@@ -19,7 +19,7 @@ TABLE = RoutingTable.from_model(
         + """\
 routes:
   - {name: chat, models: [a, b, shared], backends: [{provider: alpha}]}
-  - {name: other, models: [c, shared], path_prefix: /openai/v1, backends: [{provider: beta}]}
+  - {name: second, models: [c, shared], path_prefix: /openai/v1, backends: [{provider: beta}]}
 """,
             "x.yaml",
         ),
