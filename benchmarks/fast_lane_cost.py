@@ -57,6 +57,7 @@ from sluicegate import wire
 from sluicegate.config import hash_key, load_config, resolve_client_keys
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.model import build_model
+from sluicegate.native import resolve_module
 from sluicegate.testing import free_ports, static_bootstrap
 from sluicegate.xds.translate import translate
 from sluicegate.xds.translate._ext_proc import EXT_PROC_FILTER as ROUTING_STAGE_FILTER
@@ -90,7 +91,8 @@ LOAD_CORE: Final = "1"
 # The tenant of the arms that have one, and its key (from a secret file).
 TENANT_KEY: Final = "sk-sg-bench-0000000000000000000000000"
 # name -> (HTTP filters removed, access log removed, tenant: None, "key", "limits", "auto",
-# or "scenarios": no tenant, scenarios declared); a str: a baseline's bootstrap.
+# or "scenarios": no tenant, scenarios declared, or "native": no tenant, the native usage
+# reader, docs/native-filters.md); a str: a baseline's bootstrap.
 Arm = tuple[frozenset[str], bool, str | None]
 ARMS: Final[dict[str, Arm | str]] = {
     "plain": "plain",
@@ -111,6 +113,7 @@ ARMS: Final[dict[str, Arm | str]] = {
         "auto",
     ),
     "with scenarios declared": (frozenset(), False, "scenarios"),
+    "with the native usage reader": (frozenset(), False, "native"),
 }
 SCENARIO: Final = "bench-scenario"
 
@@ -125,6 +128,8 @@ def _document(listener: int, upstream: int, tenant: str | None, work: Path) -> d
     }
     if tenant == "scenarios":
         doc["scenarios"] = [SCENARIO]
+    elif tenant == "native":
+        doc["native_filters"] = {"module": "auto"}
     elif tenant is not None:
         (work / "bench.client").write_text(TENANT_KEY)
         key = {"name": "bench", "hash": hash_key(TENANT_KEY), "secret": {"file": "bench.client"}}
@@ -155,7 +160,12 @@ def _bootstrap(
     assert not isinstance(arm, str)
     removed, log_off, _tenant = arm
     config = load_config(path)
-    gateway = build_model(config, {}, client_keys=resolve_client_keys(config, path, env={}))
+    gateway = build_model(
+        config,
+        {},
+        client_keys=resolve_client_keys(config, path, env={}),
+        native_module=resolve_module(config.native_filters.module).path,
+    )
     resources = without(translate(gateway), removed, drop_access_log=log_off)
     return static_bootstrap(resources, ext_proc_port=ext_proc)
 

@@ -21,9 +21,11 @@ gateways in turn request by request (the order rotating), p50 latency of each; t
 streams at concurrency 8 through each gateway, all at the same time (50 tokens 10 ms
 apart after 50 ms), TPOT p50 as the client sees it ((last token - first token) / 49).
 Reported: the added p50 (on - off) and the TPOT ratio (on / off), median of rounds.
-`--cost --split` adds two gateways, "on" without json_to_metadata (which buffers and
-parses a JSON answer) and "on" without the record access log, to see which part a JSON
-answer's added latency comes from.
+`--cost --split` adds three gateways, "on" without json_to_metadata (which buffers and
+parses a JSON answer), "on" without the record access log and "on" without the stream
+usage readers (the Lua filter and sse_to_metadata), to see which part a JSON answer's and
+a stream's added latency comes from. `--cost --native` adds "on" with sluicegate's native
+usage reader (sluicegate.native, built with gcc) in place of Envoy's three readers.
 
 `--decode-only`: CPU time (process time) per record to decode it, and to decode and
 count it, over batches of 100 records like the ones Envoy sends.
@@ -39,6 +41,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Collection, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -58,6 +61,7 @@ from sluicegate.config import load_config
 from sluicegate.envoy import EnvoyProcess, find_envoy_binary
 from sluicegate.filters import ExtProcServer
 from sluicegate.model import Gateway, build_model
+from sluicegate.native import MODULE, build
 from sluicegate.records import (
     RecordSink,
     RequestRecord,
@@ -378,27 +382,38 @@ async def _measure_cost(
 
 
 # --cost's gateways: the filters removed from the listener (None: every usage reader, as
-# metrics_off), and whether its access logs go too. With --split, two more: what "on"
-# costs without one of its parts that a JSON answer meets.
-COST_ARMS: Final[dict[str, tuple[tuple[str, ...] | None, bool]]] = {
-    "on": ((), False),
-    "off": (None, True),
+# metrics_off), whether its access logs go too, and whether the usage readers are the
+# native library's (sluicegate.native). With --split, three more: what "on" costs without
+# one of its parts. With --native, "on" with the native usage reader.
+Arm = tuple[tuple[str, ...] | None, bool, bool]
+COST_ARMS: Final[dict[str, Arm]] = {
+    "on": ((), False, False),
+    "off": (None, True, False),
 }
-SPLIT_ARMS: Final[dict[str, tuple[tuple[str, ...] | None, bool]]] = {
-    "on without json_to_metadata": ((JSON_TO_METADATA_FILTER,), False),
-    "on without the record access log": ((), True),
-}
+SPLIT_ARMS: Final[dict[str, Arm]] = {
+    "on without json_to_metadata": ((JSON_TO_METADATA_FILTER,), False, False),
+    "on without the record access log": ((), True, False),
+    "on without the stream usage readers": (
+        (STREAM_USAGE_FILTER, SSE_TO_METADATA_FILTER), False, False
+    ),
+}  # fmt: skip
+NATIVE_ARMS: Final[dict[str, Arm]] = {"on, native usage reader": ((), False, True)}
 
 
-def _resources(gateway: Gateway, filters: tuple[str, ...] | None, drop_log: bool) -> Any:
+def _resources(gateway: Gateway, arm: Arm) -> Any:
+    filters, drop_log, native = arm
     if filters is None:
         return metrics_off(gateway)
+    if native:
+        gateway = replace(gateway, native_module=str(build(MODULE)))
     return without(translate(gateway), filters, drop_access_log=drop_log)
 
 
-def _cost(rounds: int, sequential: int, per_client: int, split: bool, lane: str) -> str:
+def _cost(
+    rounds: int, sequential: int, per_client: int, split: bool, lane: str, native: bool = False
+) -> str:
     work = Path(tempfile.mkdtemp(prefix="latency-metrics-cost-"))
-    arms = {**COST_ARMS, **(SPLIT_ARMS if split else {})}
+    arms = {**COST_ARMS, **(NATIVE_ARMS if native else {}), **(SPLIT_ARMS if split else {})}
     provider, *ports = free_ports(1 + len(arms))
     port_of = dict(zip(arms, ports, strict=True))
     # Written before the ext_proc server starts: it reads the first one's file.
@@ -407,8 +422,8 @@ def _cost(rounds: int, sequential: int, per_client: int, split: bool, lane: str)
     envoys: list[EnvoyProcess] = []
     with ExtProcChild(serve_ext_proc, str(work / f"sluicegate-{ports[0]}.yaml")) as ext_proc:
         try:
-            for index, (name, (filters, drop_log)) in enumerate(arms.items()):
-                resources = _resources(gateways[name], filters, drop_log)
+            for index, (name, arm) in enumerate(arms.items()):
+                resources = _resources(gateways[name], arm)
                 bootstrap = static_bootstrap(resources, ext_proc_port=ext_proc.port)
                 envoy = EnvoyProcess(bootstrap, work_dir=work / f"envoy-{index}", concurrency=1)
                 envoys.append(envoy)
@@ -448,14 +463,15 @@ def _cost(rounds: int, sequential: int, per_client: int, split: bool, lane: str)
         "tokens, ITL 10 ms) through each, every gateway at the same time",
         "",
         "| gateway | JSON p50 ms (c=1) | added | stream TTFT p50 ms (c=1) | added | "
-        "stream E2E p50 ms (c=1) | added | TPOT p50 ms | TPOT x off |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "stream E2E p50 ms (c=1) | added | E2E, usage asked | added | TPOT p50 ms | TPOT x off |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in arms:
         lines.append(
             f"| metrics {name} | {ms(figures['p50'][name])} | {plus_ms(added('p50', name))} | "
             f"{ms(figures['ttft'][name])} | {plus_ms(added('ttft', name))} | "
             f"{ms(figures['e2e'][name])} | {plus_ms(added('e2e', name))} | "
+            f"{ms(figures['e2e asked'][name])} | {plus_ms(added('e2e asked', name))} | "
             f"{ms(figures['tpot'][name])} | {median(ratios(name)):.4f}x |"
         )
 
@@ -465,21 +481,27 @@ def _cost(rounds: int, sequential: int, per_client: int, split: bool, lane: str)
         verdict = "met" if met else "missed"
         return f"{plus_ms(values)} ms (aim within 0.1 ms: {verdict}; per round {per_round} ms)"
 
-    tpot_ratio = median(ratios())
     lines += [
         "",
         "Medians of the rounds (the differences and ratios per round, then their median).",
-        "",
-        f"- added p50 at concurrency 1, a stream's first token (on - off): "
-        f"{aim(added('ttft'))}",
-        f"- added p50 at concurrency 1, a stream's last byte (on - off): {aim(added('e2e'))}",
-        "- the same for streams whose client asks for usage (no cut): first token "
-        f"{aim(added('ttft asked'))}; last byte {aim(added('e2e asked'))}",
-        f"- added p50 at concurrency 1, a JSON answer (on - off): {aim(added('p50'))}",
-        f"- streamed TPOT p50, on / off: {tpot_ratio:.4f}x (aim within 2 %: "
-        f"{'met' if abs(tpot_ratio - 1) <= TPOT_AIM else 'missed'}; per round "
-        f"{', '.join(f'{r:.4f}' for r in ratios())})",
     ]
+    for name in ("on", *(NATIVE_ARMS if native else ())):
+        tpot_ratio = median(ratios(name))
+        lines += [
+            "",
+            f"{name}:",
+            f"- added p50 at concurrency 1, a stream's first token ({name} - off): "
+            f"{aim(added('ttft', name))}",
+            f"- added p50 at concurrency 1, a stream's last byte ({name} - off): "
+            f"{aim(added('e2e', name))}",
+            "- the same for streams whose client asks for usage (no cut): first token "
+            f"{aim(added('ttft asked', name))}; last byte {aim(added('e2e asked', name))}",
+            f"- added p50 at concurrency 1, a JSON answer ({name} - off): "
+            f"{aim(added('p50', name))}",
+            f"- streamed TPOT p50, {name} / off: {tpot_ratio:.4f}x (aim within 2 %: "
+            f"{'met' if abs(tpot_ratio - 1) <= TPOT_AIM else 'missed'}; per round "
+            f"{', '.join(f'{r:.4f}' for r in ratios(name))})",
+        ]
     return "\n".join(lines)
 
 
@@ -562,7 +584,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = benchmark_parser(__doc__, write_help=None)
     parser.add_argument("--decode-only", action="store_true")
     parser.add_argument("--cost", action="store_true", help="metrics on against off")
-    parser.add_argument("--split", action="store_true", help="--cost: two partial gateways more")
+    parser.add_argument("--split", action="store_true", help="--cost: three partial gateways more")
+    parser.add_argument(
+        "--native", action="store_true", help="--cost: and 'on' with the native usage reader"
+    )
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--ttft-ms", type=int, default=300)
     parser.add_argument("--itl-ms", type=int, default=20)
@@ -574,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="--cost: the routing stage (exact) or Envoy alone (fast)")
     args = parser.parse_args(argv)
     if args.cost:
-        print(_cost(args.rounds, args.sequential, args.streams, args.split, args.lane))
+        print(_cost(args.rounds, args.sequential, args.streams, args.split, args.lane, args.native))
         return 0
     print(_decode_cost())
     if not args.decode_only:

@@ -1,5 +1,5 @@
 """The `sluicegate` command: up | control-plane | ext-proc | validate | bootstrap |
-mock-provider | status | drain | hash-key | bench."""
+mock-provider | status | drain | hash-key | native-build | bench."""
 
 from __future__ import annotations
 
@@ -211,6 +211,20 @@ def _cmd_hash_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_native_build(args: argparse.Namespace) -> int:
+    """Build the native filters library (gcc) and print its path, for an Envoy on another
+    machine (`native_filters.module: <that path>`; docs/native-filters.md)."""
+    from sluicegate.native import MODULE, NativeBuildError, build
+
+    try:
+        path = build(MODULE, Path(args.into) if args.into else None)
+    except NativeBuildError as err:
+        print(f"sluicegate native-build: {err}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from sluicegate import bench
 
@@ -333,6 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--address", default="127.0.0.1:9100", help="sluicegate HTTP HOST:PORT")
     status.add_argument("--json", action="store_true", help="print up's /status document as JSON")
     status.set_defaults(func=_cmd_status)
+
+    native = sub.add_parser(
+        "native-build",
+        help="build the native filters library Envoy loads (gcc) and print its path",
+    )
+    native.add_argument(
+        "--into", help="the folder to build in (default: the user's cache, ~/.cache/sluicegate)"
+    )
+    native.set_defaults(func=_cmd_native_build)
 
     from sluicegate import bench
 

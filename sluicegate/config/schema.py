@@ -51,6 +51,8 @@ DEFAULT_SCENARIO: Final = "default"
 MAX_SCENARIOS: Final = 32
 # `access_log.path` writing to sluicegate's standard output instead of a file.
 ACCESS_LOG_STDOUT: Final = "stdout"
+NATIVE_OFF: Final = "off"
+NATIVE_AUTO: Final = "auto"
 
 
 class Listener(Strict):
@@ -309,26 +311,47 @@ class Limits(Strict):
     max_connections_per_listener: int = Field(default=10_000, ge=1, le=1_000_000)
 
 
+def _absolute_path(value: str, words: tuple[str, ...], example: str) -> str:
+    """`value` if it is one of `words` or an absolute path without control characters (a
+    relative one would depend on the directory each process was started in)."""
+    if value in words:
+        return value
+    if not value.startswith("/"):
+        either = " or ".join(f"'{word}'" for word in words)
+        raise ValueError(f"must be {either} or an absolute file path such as {example}, "
+                         f"got {value!r}")  # fmt: skip
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        raise ValueError("the path holds a control character")
+    return value
+
+
 class AccessLog(Strict):
     """An optional structured access log: one JSON line per request, never a key."""
 
-    # ACCESS_LOG_STDOUT, or an absolute file path (a relative one would depend on the
-    # directory each process was started in).
+    # ACCESS_LOG_STDOUT, or an absolute file path.
     path: str
 
     @field_validator("path")
     @classmethod
     def _stdout_or_absolute(cls, value: str) -> str:
-        if value == ACCESS_LOG_STDOUT:
-            return value
-        if not value.startswith("/"):
-            raise ValueError(
-                f"must be '{ACCESS_LOG_STDOUT}' or an absolute file path such as "
-                f"/var/log/sluicegate/access.log, got {value!r}"
-            )
-        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
-            raise ValueError("the path holds a control character")
-        return value
+        return _absolute_path(value, (ACCESS_LOG_STDOUT,), "/var/log/sluicegate/access.log")
+
+
+class NativeFilters(Strict):
+    """sluicegate's native filters: a C library Envoy loads as a dynamic module, in place
+    of Envoy's own filters where it has one (docs/native-filters.md)."""
+
+    # NATIVE_OFF: Envoy's own filters. NATIVE_AUTO: the control plane builds the library
+    # (gcc) and names it by its path, for an Envoy on the same machine; Envoy's own filters
+    # if it cannot. Or the library's absolute path on Envoy's machine.
+    module: str = NATIVE_OFF
+
+    @field_validator("module")
+    @classmethod
+    def _word_or_absolute(cls, value: str) -> str:
+        return _absolute_path(
+            value, (NATIVE_OFF, NATIVE_AUTO), "/opt/sluicegate/libsluicegate_native.so"
+        )
 
 
 ScenarioName = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -354,6 +377,8 @@ class Config(Strict):
     scenarios: list[ScenarioName] = Field(default_factory=list, max_length=MAX_SCENARIOS)
     # Optional structured access log (JSON lines to a file or stdout).
     access_log: AccessLog | None = None
+    # sluicegate's C filters in Envoy, or Envoy's own (the default).
+    native_filters: NativeFilters = Field(default_factory=NativeFilters)
 
     @model_validator(mode="after")
     def _default_lane(self) -> Config:

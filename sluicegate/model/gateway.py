@@ -88,6 +88,10 @@ class Gateway:
     # (sluicegate.lanes), unless told another (`sluicegate ext-proc --control-plane`).
     # Empty: none (a Gateway not built from a config).
     control_plane: str = ""
+    # The path of sluicegate's native filters library as Envoy loads it (the control
+    # plane resolves config.native_filters: sluicegate.native), or None for Envoy's own
+    # filters (docs/native-filters.md).
+    native_module: str | None = None
 
     @cached_property
     def path_prefixes(self) -> tuple[str, ...]:
@@ -170,6 +174,7 @@ def build_model(
     drained: AbstractSet[str] = frozenset(),
     client_keys: Mapping[str, str] | None = None,
     limit_slots: LimitSlots | None = None,
+    native_module: str | None = None,
 ) -> Gateway:
     """Resolve a validated `cfg` into a `Gateway`.
 
@@ -181,7 +186,8 @@ def build_model(
     `client_keys` maps a client key's name to the key itself, for those with a `secret`
     (config.resolve_client_keys, which checks each against its hash): the fast lane's.
     `limit_slots` are the last published ones, which limited tenants keep
-    (limit_slots.assign_slots).
+    (limit_slots.assign_slots). `native_module` is the native filters library Envoy loads
+    (sluicegate.native.resolve_module), or None.
     """
     providers = {p.name: resolve_provider(p, api_keys.get(p.name)) for p in cfg.providers}
     drained = set(drained) | {p.name for p in cfg.providers if p.drain}
@@ -221,4 +227,5 @@ def build_model(
         client_keys=dict(client_keys or {}),
         limit_slots=slots,
         control_plane=config.reachable(cfg.sluicegate.xds),
+        native_module=native_module,
     )

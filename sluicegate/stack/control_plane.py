@@ -52,6 +52,7 @@ from sluicegate.config import (
 from sluicegate.lanes import LaneMove, LaneSteering
 from sluicegate.latency import LatencyRouter, WeightChange
 from sluicegate.model import Gateway, build_model
+from sluicegate.native import NativeModule, resolve_module
 from sluicegate.records import decode, log_name
 from sluicegate.stack.rejection import log_rejection
 from sluicegate.xds.server import ENDPOINT, Snapshot, SnapshotCache
@@ -106,6 +107,8 @@ class ControlPlane:
         self.drained: set[str] = _read_drained(drained_file)
         # Per-route resources of the last push, reused for routes a reload left alone.
         self._memo = RouteMemo()
+        # The native filters library of the last good config (sluicegate.native).
+        self.native: NativeModule | None = None
 
     def watched_paths(self) -> list[Path]:
         """The config file, then the key files its last good version names, providers' and
@@ -160,7 +163,12 @@ class ControlPlane:
         """Translate config (with drains applied) and hand it to Envoy and the filter."""
         # Tenants keep their limiter slots (model/limit_slots.py).
         slots = None if self.configured is None else self.configured.limit_slots
-        configured = build_model(config, self.keys, self.drained, self.client_keys, slots)
+        # `auto` builds the library the first time (gcc, about a second), then finds it
+        # in the build cache.
+        native = resolve_module(config.native_filters.module)
+        configured = build_model(
+            config, self.keys, self.drained, self.client_keys, slots, native.path
+        )
         for warning in configured.warnings:
             log.warning("%s", warning)
         self.latency.load(configured)  # keeps what was learned of routes still there
@@ -179,6 +187,9 @@ class ControlPlane:
             more = [f"(and {len(missing) - 5} more)"] if len(missing) > 5 else []
             return self._reject(shown + more)
         changed = _changed_types(self.snapshot, snapshot)
+        if native != self.native:
+            log.info("native filters: %s (%s)", native.path or "none", native.why)
+        self.native = native
         self.config = config
         self.configured = configured
         self.model = model

@@ -181,6 +181,8 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
         "versions": {} if cp.snapshot is None else cp.snapshot.versions(),
         "models": [] if cp.model is None else sorted(cp.model.served),
         "drained": [] if cp.model is None else sorted(cp.model.drained),
+        # The native filters library Envoy is told to load (None: Envoy's own), and why.
+        "native_filters": None if cp.native is None else asdict(cp.native),
         "routing": routing_document(cp.latency.report()),
         "lanes": lanes_document(cp.lanes.report()),
         "nodes": [s.to_dict() for s in cp.cache.status()],

@@ -82,6 +82,9 @@ def _config(document: Mapping[str, Any], now: float) -> list[str]:
         rows.append(("last reload", "none yet"))
     rows.append(("drained", ", ".join(_strings(document.get("drained"))) or "none"))
     rows.append(("models", ", ".join(_strings(document.get("models"))) or "none"))
+    native = _mapping(document.get("native_filters"))
+    if native:
+        rows.append(("native filters", f"{native.get('path') or 'none'} ({native.get('why')})"))
     lines = _pairs(rows)
     if problem_lines:
         index = 1 + next(i for i, (key, _) in enumerate(rows) if key == "last reload")

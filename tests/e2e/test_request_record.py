@@ -11,100 +11,30 @@ answer, and the ext_proc filter may write the namespace.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import grpc
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from envoy.service.accesslog.v3 import als_pb2
-from google.protobuf import json_format
 
 from sluicegate import wire
 from sluicegate.filters import ExtProcServer
 from sluicegate.model import build_model
-from sluicegate.testing.bootstraps import grpc_cluster
 from tests.filters.admission_helpers import hashed
 from tests.ports import free_port
 from tests.translate.cases import config_of
 from tests.translate.envoy_harness import running_envoy, static_bootstrap
 
+from .access_log_collector import RECORD_ID, Collector, serve_collector, with_access_log
+
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 KEY = "sk-record-e2e-0001"
-COLLECTOR_CLUSTER = "record_collector"
-HCM_TYPE = (
-    "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
-    "HttpConnectionManager"
-)
-ALS_TYPE = "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig"
-# Names each test request in its entry: a gateway replaces a client's x-request-id, and
-# the entry shows the request headers as the header allowlist left them (Envoy 1.40: the
-# upstream filters change the request's own header map), so a header it keeps.
-RECORD_ID = "user-agent"
-
-
-@dataclass
-class Collector:
-    """An AccessLogService keeping each entry's `sluicegate` metadata by RECORD_ID."""
-
-    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    async def stream(self, requests: AsyncIterator[Any], _context: Any) -> bytes:
-        async for message in requests:
-            for entry in message.http_logs.log_entry:
-                request_id = entry.request.request_headers.get(RECORD_ID, "")
-                namespaces = entry.common_properties.metadata.filter_metadata
-                metadata = (
-                    json_format.MessageToDict(namespaces[wire.METADATA_NAMESPACE])
-                    if wire.METADATA_NAMESPACE in namespaces
-                    else {}
-                )
-                self.entries[request_id] = {
-                    "status": entry.response.response_code.value,
-                    "details": entry.response.response_code_details,
-                    **metadata,
-                }
-        return b""
-
-    async def entry(self, request_id: str) -> dict[str, Any]:
-        """The entry of `request_id`, once Envoy has sent it (it batches entries)."""
-        deadline = time.monotonic() + 20
-        while request_id not in self.entries:
-            assert time.monotonic() < deadline, f"no access-log entry for {request_id}"
-            await asyncio.sleep(0.02)
-        return self.entries[request_id]
-
-
-def with_access_log(bootstrap: dict[str, Any], collector_port: int) -> dict[str, Any]:
-    """The bootstrap with every HCM logging every request to the collector."""
-    access_log = {
-        "name": "envoy.access_loggers.http_grpc",
-        "typed_config": {
-            "@type": ALS_TYPE,
-            "common_config": {
-                "log_name": "request-record-test",
-                "grpc_service": {"envoy_grpc": {"cluster_name": COLLECTOR_CLUSTER}},
-                "transport_api_version": "V3",
-                "buffer_flush_interval": "0.05s",
-            },
-            "additional_request_headers_to_log": [RECORD_ID],
-        },
-    }
-    resources = bootstrap["static_resources"]
-    for listener in resources["listeners"]:
-        for chain in listener["filter_chains"]:
-            for network_filter in chain["filters"]:
-                if network_filter["typed_config"]["@type"] == HCM_TYPE:
-                    network_filter["typed_config"].setdefault("access_log", []).append(access_log)
-    resources["clusters"].append(grpc_cluster(COLLECTOR_CLUSTER, collector_port))
-    return bootstrap
 
 
 @dataclass
@@ -153,21 +83,7 @@ async def _gateway(tmp: Any, *, tenants: bool) -> AsyncIterator[Gateway]:
     provider_port, listen_port, ext_proc_port, collector_port = (free_port() for _ in range(4))
     await web.TCPSite(runner, "127.0.0.1", provider_port).start()
     collector = Collector()
-    collector_server = grpc.aio.server()
-    handler = grpc.stream_unary_rpc_method_handler(
-        collector.stream,
-        request_deserializer=als_pb2.StreamAccessLogsMessage.FromString,
-        response_serializer=lambda data: data,
-    )
-    collector_server.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                "envoy.service.accesslog.v3.AccessLogService", {"StreamAccessLogs": handler}
-            )
-        ]
-    )
-    collector_server.add_insecure_port(f"127.0.0.1:{collector_port}")
-    await collector_server.start()
+    collector_server = await serve_collector(collector, collector_port)
     model = build_model(config_of(document(listen_port, provider_port, tenants=tenants)), {})
     ext_proc = ExtProcServer()
     ext_proc.load(model)
@@ -214,7 +130,12 @@ async def call(
     ):
         await response.read()
         status = response.status
-    return status, await gateway.collector.entry(request_id)
+    entry = await gateway.collector.entry(request_id)
+    return status, {
+        "status": entry.status,
+        "details": entry.details,
+        **entry.metadata.get(wire.METADATA_NAMESPACE, {}),
+    }
 
 
 def chat(model: str, **extra: Any) -> bytes:

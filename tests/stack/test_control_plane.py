@@ -107,3 +107,21 @@ def test_live_drains_outlive_the_control_plane_through_its_drained_file(tmp_path
     assert again.snapshot.versions() == first.snapshot.versions()
     assert again.set_drained("beta", drained=False).ok
     assert ControlPlane(path, SnapshotCache(), drained_file=drained).drained == set()
+
+
+def test_the_native_library_it_is_told_goes_into_the_model_and_the_status(tmp_path: Path) -> None:
+    """`native_filters.module` as a path: the model (so the translator) names it, and
+    `/status` says which library Envoy was told and why; `off` again takes it back."""
+    from sluicegate.stack.status_http import status_document
+
+    path = tmp_path / "sluicegate.yaml"
+    library = "/opt/sluicegate/libsluicegate_native.so"
+    path.write_text(CONFIG.replace("MODEL", "m1") + f"native_filters: {{module: {library}}}\n")
+    plane = ControlPlane(path, SnapshotCache())
+    assert plane.load().ok
+    assert plane.model is not None and plane.model.native_module == library
+    assert status_document(plane)["native_filters"]["path"] == library
+    path.write_text(CONFIG.replace("MODEL", "m1"))
+    assert plane.load().ok
+    assert plane.model.native_module is None
+    assert status_document(plane)["native_filters"]["path"] is None

@@ -130,6 +130,13 @@ def test_config() -> None:
     assert row(lines, "drained") == ["drained", "none"]
 
 
+def test_the_native_filters_line() -> None:
+    doc = document()
+    doc["native_filters"] = {"path": "/opt/lib.so", "why": "named"}
+    lines = section(render_status(doc, NOW), "Config")
+    assert row(lines, "native filters") == ["native filters", "/opt/lib.so (named)"]
+
+
 def test_a_failed_reload_lists_its_problems_and_is_a_problem() -> None:
     doc = document()
     doc["drained"] = ["beta"]

@@ -13,6 +13,7 @@ obviously fake key for every variable a file names (the real environment is not 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from google.protobuf.message import Message
 
 from sluicegate.config import Config, load_config, resolve_api_keys, resolve_client_keys
 from sluicegate.model import Gateway, build_model
+from sluicegate.native import MODULE, build, resolve_module
 from sluicegate.xds.translate import translate
 
 TESTDATA = Path(__file__).parent / "testdata"
@@ -54,7 +56,17 @@ def model_from(
     the file's drains and none made live, and the client keys' secrets of the file at
     `path`)."""
     client_keys = None if path is None else resolve_client_keys(config, path, env={})
-    return build_model(config, keys, client_keys=client_keys)
+    # A case names the native library by a path, which resolves without a build.
+    native = resolve_module(config.native_filters.module).path
+    return build_model(config, keys, client_keys=client_keys, native_module=native)
+
+
+def for_this_envoy(resources: dict[str, list[Message]], model: Gateway) -> dict[str, list[Message]]:
+    """`resources` as an Envoy on this machine can load them: a case's native library path
+    (which Envoy refuses to load when it is not there) replaced by a fresh build's."""
+    if model.native_module is None:
+        return resources
+    return translate(replace(model, native_module=str(build(MODULE))))
 
 
 def translate_case(path: Path) -> dict[str, list[Message]]:

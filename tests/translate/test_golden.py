@@ -41,7 +41,7 @@ from sluicegate.xds.translate import (
     SECRET,
 )
 
-from .cases import TESTDATA, case_names, case_path, translate_case
+from .cases import TESTDATA, case_names, case_path, for_this_envoy, model_of, translate_case
 from .envoy_harness import ads_bootstrap, static_bootstrap, to_dict, validate
 
 OUT = TESTDATA / "out"
@@ -149,7 +149,8 @@ def test_translation_is_deterministic(case: str) -> None:
 @pytest.mark.parametrize("case", case_names())
 def test_envoy_accepts_inlined_resources(case: str, tmp_path: Path) -> None:
     """Every generated Listener, RouteConfiguration, Cluster, ClusterLoadAssignment, Secret."""
-    bootstrap = static_bootstrap(translate_case(case_path(case)), ext_proc_port=1)
+    resources = for_this_envoy(translate_case(case_path(case)), model_of(case))
+    bootstrap = static_bootstrap(resources, ext_proc_port=1)
     result = validate(bootstrap, tmp_path)
     assert result.returncode == 0, f"case {case!r}:\n{result.stdout}{result.stderr}"
 
@@ -158,5 +159,6 @@ def test_envoy_accepts_inlined_resources(case: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", case_names())
 def test_envoy_accepts_ads_config_sources(case: str, tmp_path: Path) -> None:
     """Listeners (rds) and clusters (eds_config) exactly as pushed, with an ADS source."""
-    result = validate(ads_bootstrap(translate_case(case_path(case))), tmp_path)
+    resources = for_this_envoy(translate_case(case_path(case)), model_of(case))
+    result = validate(ads_bootstrap(resources), tmp_path)
     assert result.returncode == 0, f"case {case!r}:\n{result.stdout}{result.stderr}"

@@ -181,7 +181,11 @@ def _http_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
             longest_queue_wait_ms=admission.longest_queue_wait_ms,
         )
         filters.append(_routing_stage_filter(pack(routing), gateway))
-    filters.extend(usage_filters(limits, counts_tokens=admission.counts_tokens))
+    filters.extend(
+        usage_filters(
+            limits, counts_tokens=admission.counts_tokens, native_module=gateway.native_module
+        )
+    )
     # After ext_proc: a drill applies to the route the model header selected.
     filters.append(fault_http_filter())
     # Last before the router, so first on the way back: the observer and json_to_metadata

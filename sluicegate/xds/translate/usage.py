@@ -9,6 +9,9 @@ other values:
   members of the body into dynamic metadata (wire.USAGE_METADATA_NAMESPACE).
 - An event stream (USAGE_BY_STREAM, USAGE_BY_STREAM_CHUNKS): sse_to_metadata, and for
   the second a Lua filter that reads its chunks (stream_usage.py), in Envoy.
+With sluicegate's native filters (native.py), one filter of its library reads the first two
+kinds in place of Envoy's three.
+
 - A large JSON answer with a reservation (USAGE_BY_OBSERVER): the usage observer, an
   ext_proc filter in observability mode, parses it in Python (Envoy would parse it whole
   in its worker, about 40 ms a MB). Only with token limits.
@@ -33,6 +36,7 @@ from sluicegate.model import Limits
 
 from ._ext_proc import usage_observer_config
 from ._proto import filter_with_matcher, pack, request_header_tree, skip_filter
+from .native import native_usage_reader
 from .stream_usage import (
     LUA_FILTER,
     SSE_TO_METADATA_FILTER,
@@ -46,14 +50,19 @@ JSON_TO_METADATA_FILTER = "envoy.filters.http.json_to_metadata"
 STREAM_USAGE_FILTER = "sluicegate.stream_usage"
 
 
-def usage_filters(limits: Limits, *, counts_tokens: bool) -> list[hcm_pb2.HttpFilter]:
+def usage_filters(
+    limits: Limits, *, counts_tokens: bool, native_module: str | None = None
+) -> list[hcm_pb2.HttpFilter]:
     """Each reader, run only for the requests the routing stage gave it; the observer only
     where token limits exist. The Lua filter comes before sse_to_metadata (stream_usage.py
-    says why)."""
+    says why). With a `native_module`, its usage reader in place of Envoy's three
+    (native.py)."""
     filters = []
     if counts_tokens:
         observer = pack(usage_observer_config(limits))
         filters.append(_only_for(USAGE_FILTER, observer, (wire.USAGE_BY_OBSERVER,)))
+    if native_module is not None:
+        return [*filters, native_usage_reader(native_module)]
     streams = (wire.USAGE_BY_STREAM, wire.USAGE_BY_STREAM_CHUNKS)
     filters += [
         _only_for(JSON_TO_METADATA_FILTER, _usage_to_metadata(), (wire.USAGE_BY_LOG,)),

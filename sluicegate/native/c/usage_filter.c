@@ -1,0 +1,453 @@
+/* The usage reader: an Envoy HTTP filter (dynamic module, filter name "usage_reader")
+ * in place of json_to_metadata, sse_to_metadata and the stream usage Lua filter
+ * (sluicegate/xds/translate/usage.py and stream_usage.py are its specification;
+ * usage_scanner.c does the reading, this file talks to Envoy).
+ *
+ * Who reads an answer is the request's `usage_header` (set by the routing stage):
+ * `by_log` a JSON answer, `by_stream` an event stream, `by_chunks` an event stream also
+ * counted (with a reservation) and cut (usage injected); another value: nothing; absent:
+ * whichever the answer's media type is. An answer not of the reader's media type passes
+ * untouched. Nothing is held back but a cut's unfinished event.
+ *
+ * Never fatal: a failed allocation stops the reading (the bytes pass as they came). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "envoy_abi.h"
+#include "usage_scanner.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define FILTER_NAME "usage_reader"
+
+/* ---- configuration --------------------------------------------------------------- */
+
+enum {
+  K_USAGE_HEADER, K_BY_LOG, K_BY_STREAM, K_BY_CHUNKS, K_NAMESPACE, K_INJECTED,
+  K_RESERVATION, K_USAGE_NAMESPACE, K_COUNT_KEY, K_MEMBERS, K_COUNT
+};
+static const char *const KEYS[K_COUNT] = {
+    "usage_header", "by_log", "by_stream", "by_chunks", "namespace", "injected",
+    "reservation", "usage_namespace", "count_key", "members",
+};
+
+typedef struct {
+  char *values[K_COUNT]; /* each NUL-terminated, all required */
+  size_t lengths[K_COUNT];
+  sg_names *names;
+} config_t;
+
+static sg_module_buffer setting(const config_t *config, int key) {
+  return (sg_module_buffer){config->values[key], config->lengths[key]};
+}
+
+static void config_free(config_t *config) {
+  if (config == NULL) return;
+  for (int k = 0; k < K_COUNT; k++) free(config->values[k]);
+  sg_names_free(config->names);
+  free(config);
+}
+
+/* One `key=value` line; false for an unknown or repeated key, or no memory. */
+static bool config_line(config_t *config, const char *line, size_t length) {
+  const char *eq = memchr(line, '=', length);
+  if (eq == NULL) return false;
+  size_t key_length = (size_t)(eq - line), value_length = length - key_length - 1;
+  for (int k = 0; k < K_COUNT; k++) {
+    if (strlen(KEYS[k]) != key_length || memcmp(KEYS[k], line, key_length) != 0) continue;
+    if (config->values[k] != NULL || value_length == 0) return false;
+    config->values[k] = malloc(value_length + 1);
+    if (config->values[k] == NULL) return false;
+    memcpy(config->values[k], eq + 1, value_length);
+    config->values[k][value_length] = 0;
+    config->lengths[k] = value_length;
+    return true;
+  }
+  return false;
+}
+
+/* The lines of `text` (empty lines skipped); NULL when one is wrong or one is missing. */
+static config_t *config_parse(const char *text, size_t length) {
+  config_t *config = calloc(1, sizeof *config);
+  if (config == NULL) return NULL;
+  size_t start = 0;
+  for (size_t i = 0; i <= length; i++) {
+    if (i < length && text[i] != '\n') continue;
+    size_t end = i;
+    if (end > start && text[end - 1] == '\r') end--;
+    if (end > start && !config_line(config, text + start, end - start)) {
+      config_free(config);
+      return NULL;
+    }
+    start = i + 1;
+  }
+  for (int k = 0; k < K_COUNT; k++)
+    if (config->values[k] == NULL) {
+      config_free(config);
+      return NULL;
+    }
+  config->names = sg_names_new(config->values[K_MEMBERS], config->lengths[K_MEMBERS]);
+  if (config->names == NULL) {
+    config_free(config);
+    return NULL;
+  }
+  return config;
+}
+
+/* ---- media types ------------------------------------------------------------------- */
+
+static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c; }
+
+static bool starts_folded(const char *s, size_t n, const char *word) {
+  size_t len = strlen(word);
+  if (n < len) return false;
+  for (size_t i = 0; i < len; i++)
+    if (lower(s[i]) != word[i]) return false;
+  return true;
+}
+
+/* RE2's \s. */
+static bool is_re_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f';
+}
+
+static bool is_subtype_byte(char c) {
+  c = lower(c);
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '+' || c == '-';
+}
+
+/* wire.JSON_MEDIA_TYPE_REGEX, matched whole:
+ * (?i)\s*application/([a-z0-9.+-]*\+)?json\s*(;.*)? */
+static bool json_media(sg_envoy_buffer type) {
+  const char *s = type.ptr;
+  size_t n = type.length, i = 0;
+  while (i < n && is_re_space(s[i])) i++;
+  if (!starts_folded(s + i, n - i, "application/")) return false;
+  i += strlen("application/");
+  size_t start = i;
+  while (i < n && is_subtype_byte(s[i])) i++;
+  size_t len = i - start;
+  if (len < 4 || !starts_folded(s + i - 4, 4, "json")) return false;
+  if (len > 4 && s[i - 5] != '+') return false;
+  while (i < n && is_re_space(s[i])) i++;
+  return i == n || s[i] == ';';
+}
+
+/* sse_to_metadata's rule: the type before any `;`, trimmed, is text/event-stream. */
+static bool event_stream_media(sg_envoy_buffer type) {
+  const char *s = type.ptr;
+  size_t n = type.length, i = 0;
+  const char *semicolon = memchr(s, ';', n);
+  if (semicolon != NULL) n = (size_t)(semicolon - s);
+  while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
+  while (n > i && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+  return n - i == strlen("text/event-stream") && starts_folded(s + i, n - i, "text/event-stream");
+}
+
+/* ---- the filter -------------------------------------------------------------------- */
+
+/* Who reads this answer, by the request's usage header. */
+enum { READ_NONE, READ_ANY, READ_JSON, READ_STREAM, READ_CHUNKS };
+
+typedef struct {
+  const config_t *config;
+  int reader;
+  sg_scanner *scanner; /* from the response's headers, when it is read */
+  bool counts;
+  size_t written_count;
+} filter_t;
+
+/* What Envoy gets when a filter cannot be made: reads nothing, never freed. */
+static const filter_t INERT = {NULL, READ_NONE, NULL, false, 0};
+
+static sg_module_buffer text(const char *s) { return (sg_module_buffer){s, strlen(s)}; }
+
+static bool same(sg_envoy_buffer value, const config_t *config, int key) {
+  return value.length == config->lengths[key] &&
+         memcmp(value.ptr, config->values[key], value.length) == 0;
+}
+
+static int reader_of(const config_t *config, sg_filter_envoy envoy) {
+  sg_envoy_buffer value = {NULL, 0};
+  if (!envoy_dynamic_module_callback_http_get_header(
+          envoy, SG_REQUEST_HEADERS, setting(config, K_USAGE_HEADER), &value, 0, NULL))
+    return READ_ANY;
+  if (same(value, config, K_BY_LOG)) return READ_JSON;
+  if (same(value, config, K_BY_STREAM)) return READ_STREAM;
+  if (same(value, config, K_BY_CHUNKS)) return READ_CHUNKS;
+  return READ_NONE;
+}
+
+static bool metadata_string(const filter_t *f, sg_filter_envoy envoy, int key,
+                            sg_envoy_buffer *value) {
+  return envoy_dynamic_module_callback_http_get_metadata_string(
+      envoy, SG_METADATA_DYNAMIC, setting(f->config, K_NAMESPACE), setting(f->config, key),
+      value);
+}
+
+static void write_count(filter_t *f, sg_filter_envoy envoy, size_t count) {
+  envoy_dynamic_module_callback_http_set_dynamic_metadata_number(
+      envoy, setting(f->config, K_USAGE_NAMESPACE), setting(f->config, K_COUNT_KEY),
+      (double)count);
+  f->written_count = count;
+}
+
+/* The values committed since the last write, and the count if it grew. */
+static void write_usage(filter_t *f, sg_filter_envoy envoy) {
+  const sg_names *names = f->config->names;
+  unsigned changed = sg_scanner_changed(f->scanner);
+  for (size_t slot = 0; changed != 0 && slot < sg_names_slots(names); slot++) {
+    double value;
+    if (!(changed & (1u << slot)) || !sg_scanner_value(f->scanner, slot, &value)) continue;
+    envoy_dynamic_module_callback_http_set_dynamic_metadata_number(
+        envoy, setting(f->config, K_USAGE_NAMESPACE), text(sg_names_key(names, slot)), value);
+  }
+  if (f->counts && sg_scanner_count(f->scanner) != f->written_count)
+    write_count(f, envoy, sg_scanner_count(f->scanner));
+}
+
+/* For a stream marked by_chunks: the Lua's two jobs, as the request's metadata asks. */
+static int chunk_flags(filter_t *f, sg_filter_envoy envoy) {
+  sg_envoy_buffer value = {NULL, 0};
+  int flags = 0;
+  if (metadata_string(f, envoy, K_INJECTED, &value) && value.length == 4 &&
+      memcmp(value.ptr, "true", 4) == 0)
+    flags |= SG_CUT;
+  if (metadata_string(f, envoy, K_RESERVATION, &value)) flags |= SG_COUNT;
+  return flags;
+}
+
+/* The scanner for this answer, or none (0: not read). */
+static void start_reading(filter_t *f, sg_filter_envoy envoy) {
+  sg_envoy_buffer type = {NULL, 0};
+  bool typed = envoy_dynamic_module_callback_http_get_header(
+      envoy, SG_RESPONSE_HEADERS, text("content-type"), &type, 0, NULL);
+  bool json = !typed || json_media(type), stream = typed && event_stream_media(type);
+  int kind = -1, flags = 0;
+  if (json && (f->reader == READ_JSON || f->reader == READ_ANY)) kind = SG_JSON;
+  if (stream && (f->reader == READ_STREAM || f->reader == READ_ANY)) kind = SG_SSE;
+  if (stream && f->reader == READ_CHUNKS) kind = SG_SSE, flags = chunk_flags(f, envoy);
+  if (kind < 0) return;
+  f->scanner = sg_scanner_new(f->config->names, kind, flags);
+  if (f->scanner == NULL) return;
+  /* A cut makes the body shorter than a provider's content-length: without it the answer
+   * goes chunked (the Lua's rule). */
+  if (flags & SG_CUT)
+    envoy_dynamic_module_callback_http_set_header(envoy, SG_RESPONSE_HEADERS,
+                                                  text("content-length"), text(""));
+  if (flags & SG_COUNT) {
+    f->counts = true;
+    write_count(f, envoy, 0); /* the charge of a stream cut before any text */
+  }
+}
+
+/* The received slices (into `local`, or a bigger array the caller frees), how many;
+ * more than local_count with *many NULL when there was no memory for the array. */
+static size_t slices(sg_filter_envoy envoy, sg_envoy_buffer *local, size_t local_count,
+                     sg_envoy_buffer **many) {
+  *many = NULL;
+  size_t count =
+      envoy_dynamic_module_callback_http_get_body_chunks_size(envoy, SG_RECEIVED_RESPONSE_BODY);
+  if (count == 0) return 0;
+  sg_envoy_buffer *into = local;
+  if (count > local_count) {
+    into = *many = calloc(count, sizeof *into);
+    if (into == NULL) return count; /* the caller sees count > local_count, many NULL */
+  }
+  if (!envoy_dynamic_module_callback_http_get_body_chunks(envoy, SG_RECEIVED_RESPONSE_BODY,
+                                                          into)) {
+    free(*many);
+    *many = NULL;
+    return 0;
+  }
+  return count;
+}
+
+/* The cut could not keep a chunk: the held bytes go first, then the chunk as it came.
+ * Appending copies the chunk's slices before the drain frees them (Envoy's buffer
+ * keeps a slice's memory where it is while more is appended). */
+static void pass_held_then(filter_t *f, sg_filter_envoy envoy, const sg_envoy_buffer *chunk,
+                           size_t count) {
+  const char *held;
+  size_t held_length, total = 0;
+  sg_scanner_held(f->scanner, &held, &held_length);
+  if (held_length == 0) return; /* the chunk alone: it stays as it is */
+  envoy_dynamic_module_callback_http_append_body(envoy, SG_RECEIVED_RESPONSE_BODY,
+                                                 (sg_module_buffer){held, held_length});
+  for (size_t c = 0; c < count; c++) {
+    total += chunk[c].length;
+    envoy_dynamic_module_callback_http_append_body(
+        envoy, SG_RECEIVED_RESPONSE_BODY, (sg_module_buffer){chunk[c].ptr, chunk[c].length});
+  }
+  envoy_dynamic_module_callback_http_drain_body(envoy, SG_RECEIVED_RESPONSE_BODY, total);
+}
+
+/* The chunk replaced by what the cut lets through, when it changed it. */
+static void pass_cut(filter_t *f, sg_filter_envoy envoy, size_t chunk_length, int body_type) {
+  const char *out;
+  size_t length;
+  if (!sg_scanner_take(f->scanner, &out, &length)) return;
+  if (chunk_length > 0)
+    envoy_dynamic_module_callback_http_drain_body(envoy, body_type, chunk_length);
+  if (length > 0)
+    envoy_dynamic_module_callback_http_append_body(envoy, body_type,
+                                                   (sg_module_buffer){out, length});
+}
+
+/* A chunk too many slices for the local array, and no memory for a bigger one: the
+ * reading stops. The one case where a cut's held bytes cannot go before the chunk (they
+ * cannot be put in front without the chunk's bytes): they follow it. */
+static void give_up(filter_t *f, sg_filter_envoy envoy) {
+  const char *held;
+  size_t held_length;
+  sg_scanner_held(f->scanner, &held, &held_length);
+  if (held_length > 0)
+    envoy_dynamic_module_callback_http_append_body(envoy, SG_RECEIVED_RESPONSE_BODY,
+                                                   (sg_module_buffer){held, held_length});
+  sg_scanner_free(f->scanner);
+  f->scanner = NULL;
+}
+
+static void read_chunk(filter_t *f, sg_filter_envoy envoy, bool end_of_stream) {
+  sg_envoy_buffer local[64], *many;
+  size_t count = slices(envoy, local, 64, &many);
+  if (count > 64 && many == NULL) return give_up(f, envoy);
+  const sg_envoy_buffer *chunk = many != NULL ? many : local;
+  size_t total = 0;
+  bool kept = true;
+  for (size_t c = 0; c < count; c++) {
+    total += chunk[c].length;
+    if (sg_scanner_push(f->scanner, chunk[c].ptr, chunk[c].length) != SG_OK) kept = false;
+  }
+  if (end_of_stream) sg_scanner_finish(f->scanner);
+  if (kept)
+    pass_cut(f, envoy, total, SG_RECEIVED_RESPONSE_BODY);
+  else
+    pass_held_then(f, envoy, chunk, count);
+  free(many);
+  write_usage(f, envoy);
+}
+
+/* ---- hooks --------------------------------------------------------------------------- */
+
+EXPORT const char *envoy_dynamic_module_on_program_init(void) { return SG_ABI_VERSION; }
+
+EXPORT sg_config_module envoy_dynamic_module_on_http_filter_config_new(
+    sg_config_envoy config_envoy, sg_envoy_buffer name, sg_envoy_buffer config) {
+  if (name.length != strlen(FILTER_NAME) || memcmp(name.ptr, FILTER_NAME, name.length) != 0)
+    return NULL;
+  return config_parse(config.ptr, config.length);
+}
+
+EXPORT void envoy_dynamic_module_on_http_filter_config_destroy(sg_config_module config) {
+  config_free((config_t *)config);
+}
+
+EXPORT sg_filter_module envoy_dynamic_module_on_http_filter_new(sg_config_module config,
+                                                                sg_filter_envoy envoy) {
+  filter_t *f = calloc(1, sizeof *f);
+  if (f == NULL) return &INERT;
+  f->config = config;
+  /* An answer whose request this filter did not see (a reply an earlier filter made)
+   * has no usage header: read by its media type. */
+  f->reader = READ_ANY;
+  return f;
+}
+
+EXPORT void envoy_dynamic_module_on_http_filter_destroy(sg_filter_module module) {
+  if (module == &INERT) return;
+  filter_t *f = (filter_t *)module;
+  sg_scanner_free(f->scanner);
+  free(f);
+}
+
+EXPORT int envoy_dynamic_module_on_http_filter_request_headers(sg_filter_envoy envoy,
+                                                               sg_filter_module module,
+                                                               bool end_of_stream) {
+  if (module == &INERT) return SG_CONTINUE;
+  filter_t *f = (filter_t *)module;
+  f->reader = reader_of(f->config, envoy);
+  return SG_CONTINUE;
+}
+
+EXPORT int envoy_dynamic_module_on_http_filter_request_body(sg_filter_envoy envoy,
+                                                            sg_filter_module module,
+                                                            bool end_of_stream) {
+  return SG_CONTINUE;
+}
+
+EXPORT int envoy_dynamic_module_on_http_filter_request_trailers(sg_filter_envoy envoy,
+                                                                sg_filter_module module) {
+  return SG_CONTINUE;
+}
+
+EXPORT int envoy_dynamic_module_on_http_filter_response_headers(sg_filter_envoy envoy,
+                                                                sg_filter_module module,
+                                                                bool end_of_stream) {
+  if (module == &INERT) return SG_CONTINUE;
+  filter_t *f = (filter_t *)module;
+  if (f->reader == READ_NONE || f->scanner != NULL) return SG_CONTINUE;
+  start_reading(f, envoy);
+  return SG_CONTINUE;
+}
+
+EXPORT int envoy_dynamic_module_on_http_filter_response_body(sg_filter_envoy envoy,
+                                                             sg_filter_module module,
+                                                             bool end_of_stream) {
+  if (module == &INERT) return SG_CONTINUE;
+  filter_t *f = (filter_t *)module;
+  if (f->scanner != NULL) read_chunk(f, envoy, end_of_stream);
+  return SG_CONTINUE;
+}
+
+/* Trailers end the body: what the cut still holds goes before them. */
+EXPORT int envoy_dynamic_module_on_http_filter_response_trailers(sg_filter_envoy envoy,
+                                                                 sg_filter_module module) {
+  if (module == &INERT) return SG_CONTINUE;
+  filter_t *f = (filter_t *)module;
+  if (f->scanner == NULL) return SG_CONTINUE;
+  sg_scanner_finish(f->scanner);
+  pass_cut(f, envoy, 0, SG_BUFFERED_RESPONSE_BODY);
+  write_usage(f, envoy);
+  return SG_CONTINUE;
+}
+
+/* Hooks Envoy requires that this filter does nothing in (declared with their real
+ * parameters, from Envoy's header). */
+EXPORT void envoy_dynamic_module_on_http_filter_stream_complete(sg_filter_envoy envoy,
+                                                                sg_filter_module module) {}
+
+EXPORT void envoy_dynamic_module_on_http_filter_http_callout_done(
+    sg_filter_envoy envoy, sg_filter_module module, uint64_t callout_id, int result,
+    sg_envoy_header *headers, size_t headers_size, sg_envoy_buffer *body_chunks,
+    size_t body_chunks_size) {}
+
+EXPORT void envoy_dynamic_module_on_http_filter_http_stream_headers(
+    sg_filter_envoy envoy, sg_filter_module module, uint64_t stream_id,
+    sg_envoy_header *headers, size_t headers_size, bool end_stream) {}
+
+EXPORT void envoy_dynamic_module_on_http_filter_http_stream_data(
+    sg_filter_envoy envoy, sg_filter_module module, uint64_t stream_id,
+    const sg_envoy_buffer *data, size_t data_count, bool end_stream) {}
+
+EXPORT void envoy_dynamic_module_on_http_filter_http_stream_trailers(
+    sg_filter_envoy envoy, sg_filter_module module, uint64_t stream_id,
+    sg_envoy_header *trailers, size_t trailers_size) {}
+
+EXPORT void envoy_dynamic_module_on_http_filter_http_stream_complete(sg_filter_envoy envoy,
+                                                                     sg_filter_module module,
+                                                                     uint64_t stream_id) {}
+
+EXPORT void envoy_dynamic_module_on_http_filter_http_stream_reset(sg_filter_envoy envoy,
+                                                                  sg_filter_module module,
+                                                                  uint64_t stream_id,
+                                                                  int reason) {}
+
+EXPORT void envoy_dynamic_module_on_http_filter_scheduled(sg_filter_envoy envoy,
+                                                          sg_filter_module module,
+                                                          uint64_t event_id) {}
+
+EXPORT void envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    sg_filter_envoy envoy, sg_filter_module module) {}
+
+EXPORT void envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    sg_filter_envoy envoy, sg_filter_module module) {}

@@ -1,0 +1,63 @@
+"""`native_filters.module` to the library Envoy is told to load (sluicegate.native)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from sluicegate.native import MODULE, SCANNER, NativeBuildError, build, resolve_module
+
+
+def test_off_is_envoys_own_filters() -> None:
+    assert resolve_module("off").path is None
+
+
+def test_a_path_is_taken_as_envoy_has_it() -> None:
+    """Not checked here: the control plane may not see Envoy's file system."""
+    module = resolve_module("/opt/elsewhere/libsluicegate_native.so")
+    assert module.path == "/opt/elsewhere/libsluicegate_native.so"
+
+
+def test_auto_builds_once_and_then_finds_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = resolve_module("auto")
+    assert first.path is not None and first.path.startswith(str(tmp_path))
+    built = Path(first.path)
+    stamp = built.stat().st_mtime_ns
+    assert resolve_module("auto") == first
+    assert built.stat().st_mtime_ns == stamp  # not built again
+    assert built.read_bytes().startswith(b"\x7fELF")
+
+
+def test_auto_without_a_compiler_falls_back_to_envoys_filters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gcc on it
+    module = resolve_module("auto")
+    assert module.path is None
+    assert "no gcc" in module.why
+
+
+def test_a_failed_build_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiler error is NativeBuildError with the compiler's words, and no partial
+    library stays where a later build would find it."""
+    broken = tmp_path / "c"
+    broken.mkdir()
+    (broken / "usage_scanner.c").write_text("this is not C\n")
+    # The module, not the package's `build` (the function of the same name).
+    monkeypatch.setattr(sys.modules["sluicegate.native.build"], "SOURCE_DIR", broken)
+    with pytest.raises(NativeBuildError, match="gcc failed building"):
+        build(SCANNER, tmp_path / "out")
+    assert not list((tmp_path / "out").rglob("*.so"))
+
+
+def test_the_module_and_the_scanner_are_different_libraries() -> None:
+    assert MODULE.name != SCANNER.name
+    assert set(SCANNER.sources) < set(MODULE.sources)
