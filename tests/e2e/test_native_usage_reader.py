@@ -69,6 +69,7 @@ CHAT_EVENTS: Final = (
     _chat_event({}, "stop"),
 )
 DONE: Final = "data: [DONE]"
+UNENDED_TAIL: Final = b'data: {"x":1}'  # the last bytes of a stream cut off mid-event
 JSON_ANSWER: Final = {
     "object": "chat.completion",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": '"usage":{"x":1}'}}],
@@ -118,13 +119,20 @@ def answer_for(request: dict[str, Any]) -> Answer:
     if kind == "json":
         body = json.dumps(JSON_ANSWER).encode()
         return Answer("application/json; charset=utf-8", _chunked(body, chunking, b"}}"))
+    tail = b""
     if kind == "responses":
         events = _responses_events(10_000)
     else:
         asked = (request.get("stream_options") or {}).get("include_usage") is True
-        events = [*CHAT_EVENTS, *([USAGE_EVENT] if asked else []), DONE]
+        if kind == "unended":  # the provider stops in the middle of an event, before usage
+            events, tail = list(CHAT_EVENTS), UNENDED_TAIL
+        else:
+            events = [*CHAT_EVENTS, *([USAGE_EVENT] if asked else []), DONE]
     body = "".join(event.replace("\n", line_end) + line_end * 2 for event in events).encode()
-    return Answer("text/event-stream", _chunked(body, chunking, (line_end * 2).encode()))
+    chunks = _chunked(body, chunking, (line_end * 2).encode())
+    if tail:
+        chunks = (*chunks[:-1], chunks[-1] + tail) if chunking == "one" else (*chunks, tail)
+    return Answer("text/event-stream", chunks)
 
 
 async def provider(request: web.Request) -> web.StreamResponse:
@@ -287,3 +295,24 @@ async def test_a_large_final_event_split_in_chunks_keeps_its_usage(arms: Arms) -
                             path="/v1/responses")  # fmt: skip
     assert native.status == 200
     assert native.usage == {"input_tokens": 5.0, "output_tokens": 2.0}
+
+
+@pytest.mark.parametrize("chunking", ["events", "one"])
+async def test_a_cut_stream_that_ends_mid_event_passes_its_last_bytes(
+    arms: Arms, chunking: str
+) -> None:
+    """A stream to cut whose provider stops before its usage event, in the middle of an
+    event (no blank line, no [DONE]): the cut holds that event until the end, then passes
+    it, once. The body is chunked, so Envoy's HTTP/1 codec ends it with an empty data
+    frame: the filter's last take has no push before it (it once sent the held bytes
+    twice). The Lua filter loses those bytes (its carry is never sent), so the bodies are
+    not compared whole: the native arm's is all the provider sent, the Lua's stops before
+    the unended event."""
+    request_body = chat(f"unended {chunking}", **NOT_ASKED)
+    envoy = await exchange(arms, "envoy", request_body, OPEN_KEY)
+    native = await exchange(arms, "native", request_body, OPEN_KEY)
+    assert envoy.status == native.status == 200
+    assert native.usage == envoy.usage == {}
+    sent = "".join(event + "\n\n" for event in CHAT_EVENTS).encode()
+    assert native.body == sent + UNENDED_TAIL
+    assert envoy.body == sent  # the Lua's loss

@@ -12,6 +12,7 @@ import ctypes
 import itertools
 import json
 import re
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,19 +70,24 @@ class Read:
 
 
 def scan(lib: ctypes.CDLL, chunks: Sequence[bytes], kind: int = SSE, flags: int = 0,
-         members: bytes = MEMBERS) -> Read:  # fmt: skip
-    """The chunks through one scanner as usage_filter.c drives it: push, take (the chunk
-    passes or is replaced), and the end of stream with an empty last chunk."""
+         members: bytes = MEMBERS, ending: str = "empty") -> Read:  # fmt: skip
+    """The chunks through one scanner as usage_filter.c drives it: a hook's bytes pushed
+    (none for an empty chunk: read_chunk pushes nothing when Envoy gives no slices), then
+    take (the chunk passes or is replaced). The end of stream: `empty`, an empty last data
+    frame or trailers (finish and take with no push, as Envoy's HTTP/1 codec ends every
+    chunked body); `last`, with the last chunk (finish after its push, before its take)."""
     names = lib.sg_names_new(members, len(members))
     assert names
     scanner = lib.sg_scanner_new(names, kind, flags)
     assert scanner
     passed = bytearray()
     usage: dict[str, float] = {}
+    frames = [*chunks, b""] if ending == "empty" or not chunks else list(chunks)
     try:
-        for index, chunk in enumerate([*chunks, b""]):
-            assert lib.sg_scanner_push(scanner, chunk, len(chunk)) == 0
-            if index == len(chunks):
+        for index, chunk in enumerate(frames):
+            if chunk:
+                assert lib.sg_scanner_push(scanner, chunk, len(chunk)) == 0
+            if index == len(frames) - 1:
                 lib.sg_scanner_finish(scanner)
             out, length = ctypes.c_void_p(), ctypes.c_size_t()
             if lib.sg_scanner_take(scanner, ctypes.byref(out), ctypes.byref(length)):
@@ -262,6 +268,35 @@ def test_json_nesting_deeper_than_the_limit_is_refused(lib: ctypes.CDLL) -> None
     assert scan(lib, [deep], JSON).usage == {}
     fine = b'{"usage":{"prompt_tokens":1},"x":' + b"[" * 400 + b"]" * 400 + b"}"
     assert scan(lib, [fine], JSON).usage == {"prompt_tokens": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("number", "value"),
+    [(b"0e99999", 0.0), (b"-0E+99999", 0.0), (b"1e-400", 0.0), (b"15e-1", 1.5),
+     (b"1.5e3", 1500.0), (b"9007199254740993e0", 9007199254740992.0), (b"1e308", 1e308),
+     (b"12.5E-1", 1.25), (b"1e400", None), (b"9e400", None), (b"-9e400", None),
+     (b"0.0000000001e99999", None)],
+)  # fmt: skip
+def test_a_member_number_is_finite_or_not_taken(lib: ctypes.CDLL, number: bytes,
+                                                value: float | None) -> None:  # fmt: skip
+    """A number beyond a double's range is not a count: not taken (as one too long to
+    read), never written as infinity."""
+    body = b'{"usage":{"prompt_tokens":' + number + b',"completion_tokens":2}}'
+    expected = {"completion_tokens": 2.0} | ({} if value is None else {"prompt_tokens": value})
+    for kind, answer in ((JSON, body), (SSE, b"data: " + body + b"\n\n")):
+        assert scan(lib, [answer], kind).usage == pytest.approx(expected, rel=1e-12)
+
+
+def test_numbers_scan_in_bounded_time(lib: ctypes.CDLL) -> None:
+    """A number's value is worked out only where it is a usage member, its exponent
+    clamped: 1 MB of `0e99999` (each once 99,999 steps: 11 s) scans at once."""
+    numbers = b"[" + b"0e99999," * 131_072 + b"0]"
+    members = b'{"usage":{' + b'"prompt_tokens":1e-99999,' * 43_000 + b'"prompt_tokens":3}}'
+    started = time.monotonic()
+    assert scan(lib, [numbers], JSON).usage == {}
+    assert scan(lib, [b'{"x":' + numbers + b"}"], JSON).usage == {}
+    assert scan(lib, [members], JSON).usage == {"prompt_tokens": 3.0}
+    assert time.monotonic() - started < 5.0  # generous: milliseconds on any machine
 
 
 # ---- event streams: usage ----------------------------------------------------------
@@ -453,6 +488,58 @@ def test_without_the_cut_bytes_pass_untouched(lib: ctypes.CDLL) -> None:
     assert read.passed == CHAT_STREAM and not read.cut
 
 
+@pytest.mark.parametrize("ending", ["empty", "last"])
+def test_a_hook_without_bytes_passes_nothing_twice(lib: ctypes.CDLL, ending: str) -> None:
+    """A take with no push before it (an empty data frame: the end of every chunked HTTP/1
+    body, or one mid-stream; trailers) passes only what the last take held back."""
+    body = b"data: a\n\ndata: b"
+    assert scan(lib, [body], SSE, CUT).passed == body  # the end an empty frame
+    assert scan(lib, [body, b"", b"", b"\n\ndata: c"], SSE, CUT, ending=ending).passed == (
+        body + b"\n\ndata: c"
+    )
+    cut = stream([CHAT[1], USAGE_EVENT]) + b"data: b"
+    for chunks in ([cut], [cut, b""], [b"", *splits(cut, 9), b""]):
+        read = scan(lib, chunks, SSE, CUT | COUNT, ending=ending)
+        assert read.passed == stream([CHAT[1]]) + b"data: b" and read.cut, chunks
+
+
+def test_trailers_release_what_is_held_once(lib: ctypes.CDLL) -> None:
+    """The trailers hook: finish and take, no push (usage_filter.c)."""
+    names = lib.sg_names_new(MEMBERS, len(MEMBERS))
+    scanner = lib.sg_scanner_new(names, SSE, CUT)
+    out, length = ctypes.c_void_p(), ctypes.c_size_t()
+
+    def take() -> bytes | None:
+        if not lib.sg_scanner_take(scanner, ctypes.byref(out), ctypes.byref(length)):
+            return None
+        return ctypes.string_at(out, length.value) if length.value else b""
+
+    try:
+        lib.sg_scanner_push(scanner, b"data: a\n\ndata: b", 16)
+        assert take() == b"data: a\n\n"
+        assert take() == b""  # an empty frame mid-stream: nothing yet
+        lib.sg_scanner_finish(scanner)
+        assert take() == b"data: b"
+        assert take() is None
+    finally:
+        lib.sg_scanner_free(scanner)
+        lib.sg_names_free(names)
+
+
+def test_done_releases_what_is_held_and_starts_afresh(lib: ctypes.CDLL) -> None:
+    """A chunk whose held bytes start with `data: [DONE]` passes whole and the event's
+    pattern starts again after it, as the Lua's next chunk starts afresh: so which bytes are
+    cut after a [DONE] line depends on where the chunks end (the Lua's too)."""
+    body = b'data: [DONE]\ndata: {"usage":{"a":1},"choices":[]}\n\n'
+    whole = scan(lib, [body], SSE, CUT | COUNT)
+    assert lua_without_usage_event(body.decode()) == ("", True)
+    assert (whole.passed, whole.cut) == (b"", True)  # one event: all of it cut
+    first, second = body[:13], body[13:]
+    split = scan(lib, [first, second], SSE, CUT | COUNT)
+    rest, cut = lua_without_usage_event(second.decode())  # the Lua, chunk by chunk
+    assert (split.passed, split.cut) == (first + rest.encode(), cut) == (first, True)
+
+
 # ---- fuzz ----------------------------------------------------------------------------
 
 FRAGMENTS: Final = [
@@ -481,6 +568,8 @@ def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
 def removed_at_most_one_event(data: bytes, passed: bytes) -> bool:
     if passed == data:
         return True
+    if len(passed) > len(data):
+        return False
     start = next(i for i in range(len(passed) + 1)
                  if i == len(passed) or passed[i] != data[i])  # fmt: skip
     gone = len(data) - len(passed)
@@ -489,21 +578,31 @@ def removed_at_most_one_event(data: bytes, passed: bytes) -> bool:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=bodies, cuts=st.lists(st.integers(min_value=0), max_size=12),
-       kind=st.sampled_from([JSON, SSE]))  # fmt: skip
+       kind=st.sampled_from([JSON, SSE]), ending=st.sampled_from(["empty", "last"]),
+       empty=st.lists(st.integers(min_value=0), max_size=3))  # fmt: skip
 def test_fuzz_chunking_never_changes_the_result(
-    lib: ctypes.CDLL, data: bytes, cuts: list[int], kind: int
+    lib: ctypes.CDLL, data: bytes, cuts: list[int], kind: int, ending: str, empty: list[int]
 ) -> None:
+    """Usage and count never depend on the chunking, nor on empty frames between chunks;
+    the bytes passed on do not either, but after a `data: [DONE]` line (the Lua's rule,
+    test_done_releases_what_is_held_and_starts_afresh): there, only that at most one run of
+    bytes is removed."""
     flags = COUNT | CUT
+    pieces = split_at(data, cuts)
+    for at in empty:  # hooks with no body bytes between the chunks
+        pieces.insert(at % (len(pieces) + 1), b"")
     whole = scan(lib, [data], kind, flags)
-    chunked = scan(lib, split_at(data, cuts), kind, flags)
-    single = scan(lib, splits(data, 1), kind, flags)
+    chunked = scan(lib, pieces, kind, flags, ending=ending)
+    single = scan(lib, splits(data, 1), kind, flags, ending=ending)
     assert chunked.usage == whole.usage == single.usage
     assert chunked.count == whole.count == single.count
-    assert chunked.passed == whole.passed == single.passed
-    assert chunked.cut == whole.cut
-    assert removed_at_most_one_event(data, whole.passed)
+    for read in (whole, chunked, single):
+        assert removed_at_most_one_event(data, read.passed)
     if kind == JSON:
-        assert whole.passed == data
+        assert whole.passed == chunked.passed == single.passed == data
+    elif b"data: [DONE]" not in data:
+        assert chunked.passed == whole.passed == single.passed
+        assert chunked.cut == whole.cut
 
 
 def test_names_are_checked(lib: ctypes.CDLL) -> None:

@@ -10,6 +10,7 @@
  * untouched. Nothing is held back but a cut's unfinished event.
  *
  * Never fatal: a failed allocation stops the reading (the bytes pass as they came). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,13 +130,14 @@ static bool json_media(sg_envoy_buffer type) {
   if (len < 4 || !starts_folded(s + i - 4, 4, "json")) return false;
   if (len > 4 && s[i - 5] != '+') return false;
   while (i < n && is_re_space(s[i])) i++;
-  return i == n || s[i] == ';';
+  return i == n || (s[i] == ';' && memchr(s + i, '\n', n - i) == NULL); /* `.`: not LF */
 }
 
 /* sse_to_metadata's rule: the type before any `;`, trimmed, is text/event-stream. */
 static bool event_stream_media(sg_envoy_buffer type) {
   const char *s = type.ptr;
   size_t n = type.length, i = 0;
+  if (n == 0) return false; /* and s may be NULL */
   const char *semicolon = memchr(s, ';', n);
   if (semicolon != NULL) n = (size_t)(semicolon - s);
   while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
@@ -148,16 +150,22 @@ static bool event_stream_media(sg_envoy_buffer type) {
 /* Who reads this answer, by the request's usage header. */
 enum { READ_NONE, READ_ANY, READ_JSON, READ_STREAM, READ_CHUNKS };
 
+/* Slices of a chunk the filter's array has room for at first (grown when a chunk has
+ * more, and kept for the next). */
+#define SLICES_AT_FIRST 16
+
 typedef struct {
   const config_t *config;
   int reader;
   sg_scanner *scanner; /* from the response's headers, when it is read */
   bool counts;
   size_t written_count;
+  sg_envoy_buffer *slices; /* a chunk's slices, reused chunk after chunk */
+  size_t slice_capacity;
 } filter_t;
 
 /* What Envoy gets when a filter cannot be made: reads nothing, never freed. */
-static const filter_t INERT = {NULL, READ_NONE, NULL, false, 0};
+static const filter_t INERT = {NULL, READ_NONE, NULL, false, 0, NULL, 0};
 
 static sg_module_buffer text(const char *s) { return (sg_module_buffer){s, strlen(s)}; }
 
@@ -227,6 +235,9 @@ static void start_reading(filter_t *f, sg_filter_envoy envoy) {
   if (stream && (f->reader == READ_STREAM || f->reader == READ_ANY)) kind = SG_SSE;
   if (stream && f->reader == READ_CHUNKS) kind = SG_SSE, flags = chunk_flags(f, envoy);
   if (kind < 0) return;
+  f->slices = calloc(SLICES_AT_FIRST, sizeof *f->slices);
+  if (f->slices == NULL) return;
+  f->slice_capacity = SLICES_AT_FIRST;
   f->scanner = sg_scanner_new(f->config->names, kind, flags);
   if (f->scanner == NULL) return;
   /* A cut makes the body shorter than a provider's content-length: without it the answer
@@ -240,25 +251,23 @@ static void start_reading(filter_t *f, sg_filter_envoy envoy) {
   }
 }
 
-/* The received slices (into `local`, or a bigger array the caller frees), how many;
- * more than local_count with *many NULL when there was no memory for the array. */
-static size_t slices(sg_filter_envoy envoy, sg_envoy_buffer *local, size_t local_count,
-                     sg_envoy_buffer **many) {
-  *many = NULL;
+/* The received slices into f->slices (grown if need be): how many, or SIZE_MAX when they
+ * cannot be had (no memory for a bigger array, or Envoy refused). */
+static size_t slices(filter_t *f, sg_filter_envoy envoy) {
   size_t count =
       envoy_dynamic_module_callback_http_get_body_chunks_size(envoy, SG_RECEIVED_RESPONSE_BODY);
   if (count == 0) return 0;
-  sg_envoy_buffer *into = local;
-  if (count > local_count) {
-    into = *many = calloc(count, sizeof *into);
-    if (into == NULL) return count; /* the caller sees count > local_count, many NULL */
+  if (count > f->slice_capacity) {
+    if (count > SIZE_MAX / 2 / sizeof *f->slices) return SIZE_MAX;
+    size_t capacity = count > f->slice_capacity * 2 ? count : f->slice_capacity * 2;
+    sg_envoy_buffer *grown = realloc(f->slices, capacity * sizeof *grown);
+    if (grown == NULL) return SIZE_MAX;
+    f->slices = grown;
+    f->slice_capacity = capacity;
   }
   if (!envoy_dynamic_module_callback_http_get_body_chunks(envoy, SG_RECEIVED_RESPONSE_BODY,
-                                                          into)) {
-    free(*many);
-    *many = NULL;
-    return 0;
-  }
+                                                          f->slices))
+    return SIZE_MAX;
   return count;
 }
 
@@ -293,9 +302,10 @@ static void pass_cut(filter_t *f, sg_filter_envoy envoy, size_t chunk_length, in
                                                    (sg_module_buffer){out, length});
 }
 
-/* A chunk too many slices for the local array, and no memory for a bigger one: the
- * reading stops. The one case where a cut's held bytes cannot go before the chunk (they
- * cannot be put in front without the chunk's bytes): they follow it. */
+/* A chunk whose slices cannot be had (no memory for a bigger array, or Envoy refused
+ * them): the reading stops, the chunk unread. The one case where a cut's held bytes
+ * cannot go before the chunk (they cannot be put in front without the chunk's bytes):
+ * they follow it. */
 static void give_up(filter_t *f, sg_filter_envoy envoy) {
   const char *held;
   size_t held_length;
@@ -308,10 +318,9 @@ static void give_up(filter_t *f, sg_filter_envoy envoy) {
 }
 
 static void read_chunk(filter_t *f, sg_filter_envoy envoy, bool end_of_stream) {
-  sg_envoy_buffer local[64], *many;
-  size_t count = slices(envoy, local, 64, &many);
-  if (count > 64 && many == NULL) return give_up(f, envoy);
-  const sg_envoy_buffer *chunk = many != NULL ? many : local;
+  size_t count = slices(f, envoy);
+  if (count == SIZE_MAX) return give_up(f, envoy);
+  const sg_envoy_buffer *chunk = f->slices;
   size_t total = 0;
   bool kept = true;
   for (size_t c = 0; c < count; c++) {
@@ -323,7 +332,6 @@ static void read_chunk(filter_t *f, sg_filter_envoy envoy, bool end_of_stream) {
     pass_cut(f, envoy, total, SG_RECEIVED_RESPONSE_BODY);
   else
     pass_held_then(f, envoy, chunk, count);
-  free(many);
   write_usage(f, envoy);
 }
 
@@ -357,6 +365,7 @@ EXPORT void envoy_dynamic_module_on_http_filter_destroy(sg_filter_module module)
   if (module == &INERT) return;
   filter_t *f = (filter_t *)module;
   sg_scanner_free(f->scanner);
+  free(f->slices);
   free(f);
 }
 

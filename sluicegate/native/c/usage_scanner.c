@@ -5,6 +5,7 @@
  * fixed, but for the cut's held bytes (bounded by CUT_MAX_HELD). */
 #include "usage_scanner.h"
 
+#include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,8 +214,11 @@ static bool number_form(const char *s, size_t n) {
 }
 
 /* A number of JSON's form as a double, without strtod (whose decimal point follows the
- * process's locale). Whole numbers up to 2^53 are exact; others near enough. */
-static double number_value(const char *s, size_t n) {
+ * process's locale); false when it is beyond a double's range (not a count: not taken).
+ * Whole numbers up to 2^53 are exact; others near enough. At most TOKEN_MAX digits, so
+ * the mantissa is below 1e64 and the work bounded: the exponent is clamped to +-400
+ * before scaling (past either end the answer is the same: out of range, or 0). */
+static bool number_value(const char *s, size_t n, double *value) {
   size_t i = 0;
   bool negative = s[0] == '-';
   if (negative) i++;
@@ -231,11 +235,14 @@ static double number_value(const char *s, size_t n) {
       if (e < 100000) e = e * 10 + (s[i] - '0');
     exponent += down ? -e : e;
   }
-  /* Scaled one power at a time: at most TOKEN_MAX digits of exponent matter, and a value
-   * beyond a double's range ends as 0 or infinity, which no reader takes as a count. */
-  for (; exponent > 0 && mantissa < 1e308; exponent--) mantissa *= 10;
-  for (; exponent < 0 && mantissa > 0; exponent++) mantissa /= 10;
-  return negative ? -mantissa : mantissa;
+  if (mantissa == 0) exponent = 0; /* 0e99999 is 0 */
+  if (exponent > 400) return false; /* a mantissa of 1 or more: over 1e400 */
+  if (exponent < -400) exponent = -400; /* under 1e-336: 0, as at -400 */
+  for (; exponent > 0; exponent--) mantissa *= 10;
+  for (; exponent < 0; exponent++) mantissa /= 10;
+  if (mantissa > DBL_MAX) return false; /* infinity */
+  *value = negative ? -mantissa : mantissa;
+  return true;
 }
 
 static void end_scalar(json_t *j) {
@@ -243,13 +250,17 @@ static void end_scalar(json_t *j) {
     if (!token_is(j, "true") && !token_is(j, "false") && !token_is(j, "null")) return fail(j);
   } else if (!j->token_long) {
     if (!number_form(j->token_text, j->token_length)) return fail(j);
-    double value = number_value(j->token_text, j->token_length);
-    if (j->pending == P_MEMBER) {
-      j->usage[j->pending_index] = value;
-      j->usage_mask |= 1u << j->pending_index;
-    } else if (j->pending == P_RESPONSE_MEMBER) {
-      j->response[j->pending_index] = value;
-      j->response_mask |= 1u << j->pending_index;
+    /* A value only where one is read: a usage member's. */
+    double value;
+    bool member = j->pending == P_MEMBER || j->pending == P_RESPONSE_MEMBER;
+    if (member && number_value(j->token_text, j->token_length, &value)) {
+      if (j->pending == P_MEMBER) {
+        j->usage[j->pending_index] = value;
+        j->usage_mask |= 1u << j->pending_index;
+      } else {
+        j->response[j->pending_index] = value;
+        j->response_mask |= 1u << j->pending_index;
+      }
     }
   }
   j->token = T_NONE;
@@ -721,7 +732,7 @@ static void cut_compact(cut_t *c) {
   size_t gone = c->consumed;
   memmove(c->buf, c->buf + gone, c->length - gone);
   c->length -= gone;
-  c->event_start -= gone;
+  c->event_start = c->event_start > gone ? c->event_start - gone : 0;
   c->boundary = c->boundary > gone ? c->boundary - gone : 0;
   c->consumed = 0;
 }
@@ -746,7 +757,7 @@ SG_EXPORT int sg_scanner_push(sg_scanner *s, const char *bytes, size_t length) {
     cut_compact(&s->cut);
     base = s->cut.length;
     if (cut_reserve(&s->cut, length)) {
-      memcpy(s->cut.buf + base, bytes, length);
+      if (length > 0) memcpy(s->cut.buf + base, bytes, length); /* bytes may be NULL */
       s->cut.length += length;
     } else {
       s->cut.state = CUT_OFF; /* the caller passes the held bytes and this chunk */
@@ -805,6 +816,9 @@ SG_EXPORT int sg_scanner_take(sg_scanner *s, const char **out, size_t *length) {
   *out = NULL;
   *length = 0;
   if (c->state == CUT_OFF) return 0;
+  /* What the last take gave out goes now, not only at the next push: a hook with no bytes
+   * (an empty data frame, trailers) takes with no push before it. */
+  cut_compact(c);
   if (c->state == CUT_SWALLOW_LF) {
     if (c->length == c->consumed) return 0; /* an empty chunk: still waiting */
     bool lf = c->buf[c->consumed] == '\n';

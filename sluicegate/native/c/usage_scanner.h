@@ -58,8 +58,9 @@ SG_EXPORT int sg_scanner_push(sg_scanner *scanner, const char *bytes, size_t len
  * line without its end is counted; a cut's held bytes are all released. */
 SG_EXPORT void sg_scanner_finish(sg_scanner *scanner);
 
-/* The cut, after the pushes of one chunk: 0 when the chunk passes as it came; 1 when it
- * is replaced by *out (*length bytes, valid until the next push), the rest held back. */
+/* The cut, after the pushes of one chunk (none for a hook without bytes: an empty data
+ * frame, trailers): 0 when the chunk passes as it came; 1 when it is replaced by *out
+ * (*length bytes, valid until the next push or take), the rest held back. */
 SG_EXPORT int sg_scanner_take(sg_scanner *scanner, const char **out, size_t *length);
 /* The bytes held back from earlier chunks (for the SG_NOMEM case), and forgets them. */
 SG_EXPORT void sg_scanner_held(sg_scanner *scanner, const char **out, size_t *length);
