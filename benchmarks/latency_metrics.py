@@ -25,7 +25,8 @@ Reported: the added p50 (on - off) and the TPOT ratio (on / off), median of roun
 parses a JSON answer), "on" without the record access log and "on" without the stream
 usage readers (the Lua filter and sse_to_metadata), to see which part a JSON answer's and
 a stream's added latency comes from. `--cost --native` adds "on" with sluicegate's native
-usage reader (sluicegate.native, built with gcc) in place of Envoy's three readers.
+usage reader (sluicegate.native, built with gcc) in place of Envoy's three readers (and
+with --split, that gateway without the record access log too).
 
 `--decode-only`: CPU time (process time) per record to decode it, and to decode and
 count it, over batches of 100 records like the ones Envoy sends.
@@ -398,6 +399,10 @@ SPLIT_ARMS: Final[dict[str, Arm]] = {
     ),
 }  # fmt: skip
 NATIVE_ARMS: Final[dict[str, Arm]] = {"on, native usage reader": ((), False, True)}
+# With --native --split: what the native reader's "on" costs without its record log.
+NATIVE_SPLIT_ARMS: Final[dict[str, Arm]] = {
+    "on, native usage reader, without the record access log": ((), True, True)
+}
 
 
 def _resources(gateway: Gateway, arm: Arm) -> Any:
@@ -414,6 +419,8 @@ def _cost(
 ) -> str:
     work = Path(tempfile.mkdtemp(prefix="latency-metrics-cost-"))
     arms = {**COST_ARMS, **(NATIVE_ARMS if native else {}), **(SPLIT_ARMS if split else {})}
+    if native and split:
+        arms.update(NATIVE_SPLIT_ARMS)
     provider, *ports = free_ports(1 + len(arms))
     port_of = dict(zip(arms, ports, strict=True))
     # Written before the ext_proc server starts: it reads the first one's file.
