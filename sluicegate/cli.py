@@ -217,7 +217,7 @@ def _cmd_native_build(args: argparse.Namespace) -> int:
     from sluicegate.native import MODULE, NativeBuildError, build
 
     try:
-        path = build(MODULE, Path(args.into) if args.into else None)
+        path = build(MODULE, Path(args.into).absolute() if args.into else None)
     except NativeBuildError as err:
         print(f"sluicegate native-build: {err}", file=sys.stderr)
         return 1

@@ -346,6 +346,12 @@ class NativeFilters(Strict):
     # if it cannot. Or the library's absolute path on Envoy's machine.
     module: str = NATIVE_OFF
 
+    @field_validator("module", mode="before")
+    @classmethod
+    def _off_unquoted(cls, value: object) -> object:
+        # YAML 1.1 reads an unquoted `off` (and `no`, `false`) as false.
+        return NATIVE_OFF if value is False else value
+
     @field_validator("module")
     @classmethod
     def _word_or_absolute(cls, value: str) -> str:

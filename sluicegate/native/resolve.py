@@ -6,22 +6,24 @@ from dataclasses import dataclass
 
 from sluicegate.config import NATIVE_AUTO, NATIVE_OFF
 
-from .build import MODULE, NativeBuildError, build
+from .library import MODULE, NativeBuildError, build
 
 
 @dataclass(frozen=True, slots=True)
 class NativeModule:
-    """The library Envoy loads (None: Envoy's own filters) and why, for logs and status."""
+    """The library Envoy loads (None: Envoy's own filters) and why, for logs and status;
+    `error` is a failed build's whole message (the compiler's words), for the log."""
 
     path: str | None
     why: str
+    error: str = ""
 
 
 def resolve_module(setting: str) -> NativeModule:
     """`off`: none. A path: that path, as Envoy's machine has it (not checked here: the
     control plane may not share Envoy's file system; Envoy refuses a config naming a
-    library it cannot load). `auto`: built here (build.build), or none when it cannot be,
-    with the compiler's first line as the reason."""
+    library it cannot load). `auto`: built here (library.build), or none when it cannot
+    be, with the first lines of why as the reason."""
     if setting == NATIVE_OFF:
         return NativeModule(None, "native_filters.module is off: Envoy's own filters")
     if setting != NATIVE_AUTO:
@@ -29,6 +31,9 @@ def resolve_module(setting: str) -> NativeModule:
     try:
         path = build(MODULE)
     except NativeBuildError as error:
-        first = str(error).splitlines()[0]
-        return NativeModule(None, f"could not build the native filters ({first}): Envoy's own")
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        shown = ": ".join(lines[:2]).removesuffix(":")
+        return NativeModule(
+            None, f"could not build the native filters ({shown}): Envoy's own", str(error)
+        )
     return NativeModule(str(path), "built by the control plane (native_filters.module: auto)")

@@ -107,8 +107,10 @@ class ControlPlane:
         self.drained: set[str] = _read_drained(drained_file)
         # Per-route resources of the last push, reused for routes a reload left alone.
         self._memo = RouteMemo()
-        # The native filters library of the last good config (sluicegate.native).
+        # The native filters library of the last good config (sluicegate.native), and the
+        # setting it was resolved from.
         self.native: NativeModule | None = None
+        self._native_setting = ""
 
     def watched_paths(self) -> list[Path]:
         """The config file, then the key files its last good version names, providers' and
@@ -163,9 +165,7 @@ class ControlPlane:
         """Translate config (with drains applied) and hand it to Envoy and the filter."""
         # Tenants keep their limiter slots (model/limit_slots.py).
         slots = None if self.configured is None else self.configured.limit_slots
-        # `auto` builds the library the first time (gcc, about a second), then finds it
-        # in the build cache.
-        native = resolve_module(config.native_filters.module)
+        native = self._native_module(config.native_filters.module)
         configured = build_model(
             config, self.keys, self.drained, self.client_keys, slots, native.path
         )
@@ -188,8 +188,12 @@ class ControlPlane:
             return self._reject(shown + more)
         changed = _changed_types(self.snapshot, snapshot)
         if native != self.native:
-            log.info("native filters: %s (%s)", native.path or "none", native.why)
+            if native.error:
+                log.warning("native filters: %s\n%s", native.why, native.error)
+            else:
+                log.info("native filters: %s (%s)", native.path or "none", native.why)
         self.native = native
+        self._native_setting = config.native_filters.module
         self.config = config
         self.configured = configured
         self.model = model
@@ -202,6 +206,14 @@ class ControlPlane:
         if changed:
             log.info("config %s published; changed: %s", self.path, ", ".join(changed))
         return self.last_outcome
+
+    def _native_module(self, setting: str) -> NativeModule:
+        """The library of `setting` (sluicegate.native.resolve_module), resolved again only
+        when the setting changed: `auto` runs gcc (about a second, on the event loop) on
+        its first load, and a failed build is not retried on every reload or drain."""
+        if self.native is not None and setting == self._native_setting:
+            return self.native
+        return resolve_module(setting)
 
     def tick_weights(self) -> list[WeightChange]:
         """Move the learned weights one step (LatencyRouter.tick) and push the routes whose

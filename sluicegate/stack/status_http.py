@@ -182,7 +182,9 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
         "models": [] if cp.model is None else sorted(cp.model.served),
         "drained": [] if cp.model is None else sorted(cp.model.drained),
         # The native filters library Envoy is told to load (None: Envoy's own), and why.
-        "native_filters": None if cp.native is None else asdict(cp.native),
+        "native_filters": None
+        if cp.native is None
+        else {"path": cp.native.path, "why": cp.native.why},
         "routing": routing_document(cp.latency.report()),
         "lanes": lanes_document(cp.lanes.report()),
         "nodes": [s.to_dict() for s in cp.cache.status()],

@@ -407,5 +407,12 @@ def test_native_filters_module_accepts(module: str) -> None:
     assert load_config_text(text, "mem.yaml").native_filters.module == module
 
 
+@pytest.mark.parametrize("written", ["off", "no", "false"])
+def test_native_filters_module_off_may_be_unquoted(written: str) -> None:
+    """YAML reads an unquoted `off` as false: still off, as the docs write it."""
+    text = MINIMAL + f"native_filters:\n  module: {written}\n"
+    assert load_config_text(text, "mem.yaml").native_filters.module == "off"
+
+
 def test_native_filters_are_off_by_default() -> None:
     assert load_config_text(MINIMAL, "mem.yaml").native_filters.module == "off"

@@ -33,6 +33,33 @@ def test_auto_builds_once_and_then_finds_the_build(
     assert built.read_bytes().startswith(b"\x7fELF")
 
 
+def test_the_library_may_be_loaded_by_another_user(tmp_path: Path) -> None:
+    """Envoy often runs as its own user (an image's `envoy`): the library is readable and
+    executable by all, not left with the temporary file's 0600."""
+    library = build(MODULE, tmp_path)
+    assert library.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_folder_that_cannot_be_written_is_a_build_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So `auto` falls back to Envoy's filters instead of the control plane failing."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker / "below"))
+    module = resolve_module("auto")
+    assert module.path is None
+    assert "cannot build" in module.why and "Envoy's own" in module.why
+
+
+def test_a_relative_folder_gives_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`native_filters.module` takes absolute paths only."""
+    monkeypatch.chdir(tmp_path)
+    assert build(MODULE, Path("out")).is_absolute()
+
+
 def test_auto_without_a_compiler_falls_back_to_envoys_filters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -52,10 +79,14 @@ def test_a_failed_build_leaves_nothing_behind(
     broken.mkdir()
     (broken / "usage_scanner.c").write_text("this is not C\n")
     # The module, not the package's `build` (the function of the same name).
-    monkeypatch.setattr(sys.modules["sluicegate.native.build"], "SOURCE_DIR", broken)
+    monkeypatch.setattr(sys.modules["sluicegate.native.library"], "SOURCE_DIR", broken)
     with pytest.raises(NativeBuildError, match="gcc failed building"):
         build(SCANNER, tmp_path / "out")
     assert not list((tmp_path / "out").rglob("*.so"))
+    # What the control plane shows: the compiler's own words, not only that it failed.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    module = resolve_module("auto")
+    assert module.path is None and "error" in module.why and "this is not C" in module.error
 
 
 def test_the_module_and_the_scanner_are_different_libraries() -> None:

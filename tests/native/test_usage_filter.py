@@ -21,8 +21,7 @@ from typing import Final
 import pytest
 
 from sluicegate import wire
-from sluicegate.native import MODULE, build
-from sluicegate.native.build import SOURCE_DIR
+from sluicegate.native import MODULE, SOURCE_DIR, build
 
 HARNESS: Final = Path(__file__).with_name("glue_harness.c")
 SANITIZERS: Final = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all")

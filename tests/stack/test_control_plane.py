@@ -125,3 +125,29 @@ def test_the_native_library_it_is_told_goes_into_the_model_and_the_status(tmp_pa
     assert plane.load().ok
     assert plane.model.native_module is None
     assert status_document(plane)["native_filters"]["path"] is None
+
+
+def test_a_failed_native_build_is_resolved_once_per_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`auto` without gcc: Envoy's own filters, and the build is not tried again on every
+    reload (it runs on the control plane's event loop); a changed setting is resolved."""
+    calls: list[str] = []
+    real = control_plane_module.resolve_module
+
+    def counted(setting: str) -> Any:
+        calls.append(setting)
+        return real(setting)
+
+    monkeypatch.setattr(control_plane_module, "resolve_module", counted)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gcc
+    path = tmp_path / "sluicegate.yaml"
+    path.write_text(CONFIG.replace("MODEL", "m1") + "native_filters: {module: auto}\n")
+    plane = ControlPlane(path, SnapshotCache())
+    assert plane.load().ok and plane.load().ok
+    assert plane.model is not None and plane.model.native_module is None
+    assert calls == ["auto"]
+    path.write_text(CONFIG.replace("MODEL", "m2") + "native_filters: {module: /x/lib.so}\n")
+    assert plane.load().ok
+    assert calls == ["auto", "/x/lib.so"]
+    assert plane.model.native_module == "/x/lib.so"

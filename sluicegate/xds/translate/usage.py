@@ -9,16 +9,14 @@ other values:
   members of the body into dynamic metadata (wire.USAGE_METADATA_NAMESPACE).
 - An event stream (USAGE_BY_STREAM, USAGE_BY_STREAM_CHUNKS): sse_to_metadata, and for
   the second a Lua filter that reads its chunks (stream_usage.py), in Envoy.
-With sluicegate's native filters (native.py), one filter of its library reads the first two
-kinds in place of Envoy's three.
-
 - A large JSON answer with a reservation (USAGE_BY_OBSERVER): the usage observer, an
   ext_proc filter in observability mode, parses it in Python (Envoy would parse it whole
   in its worker, about 40 ms a MB). Only with token limits.
 
 The first two reach the ext_proc servers in the request record (record_log.py), which
 also charges their reservations (docs/admission.md, "Reserve, then reconcile"). Routes
-strip the header before a provider sees it.
+strip the header before a provider sees it. With sluicegate's native filters (native.py),
+one filter of its library reads the first two kinds in place of Envoy's three.
 """
 
 from __future__ import annotations

@@ -55,16 +55,27 @@ def cache_dir() -> Path:
 
 
 def build(library: Library = MODULE, into: Path | None = None) -> Path:
-    """The path of `library`, built now unless a build of the same sources is cached in
-    `into` (default: cache_dir()). NativeBuildError when it cannot be built."""
+    """The absolute path of `library`, built now unless a build of the same sources is
+    cached in `into` (default: cache_dir()). NativeBuildError when it cannot be built:
+    no compiler, a compiler error (its words in the message), or a folder that cannot be
+    written."""
     compiler = shutil.which(COMPILER)
     if compiler is None:
         raise NativeBuildError(f"no {COMPILER} on PATH to build the native filters")
+    try:
+        return _build(compiler, library, (into or cache_dir()).absolute())
+    except OSError as error:
+        raise NativeBuildError(f"cannot build {library.name}: {error}") from error
+
+
+def _build(compiler: str, library: Library, into: Path) -> Path:
     digest = hashlib.sha256(" ".join(FLAGS).encode())
     for path in sorted(SOURCE_DIR.iterdir()):
         if path.suffix in (".c", ".h"):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    target = (into or cache_dir()) / digest.hexdigest()[:16] / f"lib{library.name}.so"
+    # A new folder per source version: a library Envoy has loaded is never overwritten
+    # (and Envoy would not load a changed one again from the same path).
+    target = into / digest.hexdigest()[:16] / f"lib{library.name}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -79,6 +90,8 @@ def build(library: Library = MODULE, into: Path | None = None) -> Path:
         )
         if done.returncode != 0:
             raise NativeBuildError(f"{COMPILER} failed building {library.name}:\n{done.stderr}")
+        # The temporary file is the owner's alone (0600): Envoy may run as another user.
+        os.chmod(partial.name, 0o755)
         os.replace(partial.name, target)
     except subprocess.TimeoutExpired as error:
         raise NativeBuildError(f"{COMPILER} took over {BUILD_TIMEOUT_S:.0f} s") from error
