@@ -121,6 +121,14 @@ class AdsStatus:
         if node.streams == 0:
             node.connected_since = time.time()
             node.disconnected_at = None
+            # A new connection may be a new Envoy process (one `sluicegate up` restarted)
+            # that holds nothing: what an earlier one acked, was sent or rejected is not
+            # its state. A reconnecting Envoy that holds a version says so and has it
+            # recorded again (rule 3); the NACK history stays.
+            node.types = {
+                type_url: TypeStatus(last_nack=old.last_nack, nack_count=old.nack_count)
+                for type_url, old in node.types.items()
+            }
         node.streams += 1
         node.cluster = cluster
         node.stream_kind = kind
