@@ -17,6 +17,8 @@ the OpenTelemetry logs. The arms differ in one thing each:
   sse_to_metadata behind their matchers, the request marked for json_to_metadata
   (`x-sluicegate-usage: log`), so the Lua and SSE filters are skipped;
 - usage readers and the record log: what "metrics on" adds to a JSON answer in Envoy;
+- the native usage reader (sluicegate.native, built with gcc) in their place, on the
+  JSON answer and on both streams below;
 - a stream's answer (16 content events and the usage event, in one body), through no
   reader, and through the usage readers marked `x-sluicegate-usage: stream`: once as a
   routing-only stream whose client asked for usage (the Lua filter reads no chunk), once
@@ -44,8 +46,10 @@ from google.protobuf.json_format import MessageToDict
 
 from sluicegate import wire
 from sluicegate.envoy import EnvoyProcess
+from sluicegate.native import MODULE, build
 from sluicegate.testing import free_ports
 from sluicegate.xds.translate import LISTENER, translate
+from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER, native_usage_reader
 from sluicegate.xds.translate.record_log import RECORD_FORMATS, record_access_log
 from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
 from sluicegate.xds.translate.usage import STREAM_USAGE_FILTER
@@ -213,6 +217,12 @@ class Arm:
     reader: str = wire.USAGE_BY_LOG  # what the routing stage names (usage_reader.py)
 
 
+def _native_reader(work: Path) -> list[dict[str, Any]]:
+    """The native usage reader (docs/native-filters.md), built with gcc, as translated."""
+    native = native_usage_reader(str(build(MODULE)))
+    return [MessageToDict(native, preserving_proto_field_name=True)]
+
+
 def _only(*names: str) -> Callable[[Path], list[dict[str, Any]]]:
     """The usage readers named, as translated."""
     return lambda work: [f for f in _usage_readers(work) if f["name"] in names]
@@ -251,6 +261,13 @@ def _arms() -> dict[str, Arm]:
             stream=True,
             metadata=unreserved,
             reader=wire.USAGE_BY_STREAM,
+        ),
+        "usage readers, native": Arm(filters=_native_reader),
+        "stream: native usage reader, the client asked for usage, no reservation": Arm(
+            filters=_native_reader, stream=True, metadata=unreserved, reader=wire.USAGE_BY_STREAM
+        ),
+        "stream: native usage reader, usage asked by the gateway (cut), reserved (count)": Arm(
+            filters=_native_reader, stream=True, metadata=cut, reader=wire.USAGE_BY_STREAM_CHUNKS
         ),
         "stream: the Lua filter alone, cut and count": Arm(
             filters=_only(STREAM_USAGE_FILTER),
@@ -297,8 +314,9 @@ def _check_the_cut(urls: dict[str, str], arms: dict[str, Arm]) -> None:
         request = urllib.request.Request(urls[name], headers={wire.USAGE_HEADER: arm.reader})
         with urllib.request.urlopen(request, timeout=5) as response:
             text = response.read().decode()
+        cutters = (STREAM_USAGE_FILTER, NATIVE_USAGE_READER_FILTER)
         cut = wire.META_USAGE_INJECTED in arm.metadata and any(
-            f["name"] == STREAM_USAGE_FILTER for f in arm.filters(Path(tempfile.mkdtemp()))
+            f["name"] in cutters for f in arm.filters(Path(tempfile.mkdtemp()))
         )
         if ('"usage"' in text) == cut or text.count('"content"') != 16:
             raise RuntimeError(f"{name}: the stream was not read as meant:\n{text}")
