@@ -165,6 +165,7 @@ static bool meta(const char *key, double *value) {
 
 static const char CONFIG[] =
     "usage_header=x-sluicegate-usage\nby_log=log\nby_stream=stream\nby_chunks=stream-chunks\n"
+    "by_nobody=observer,none\n"
     "namespace=sluicegate\ninjected=injected\nreservation=reservation\n"
     "usage_namespace=sluicegate.usage\ncount_key=content_events\n"
     "members=prompt_tokens,completion_tokens,input_tokens,output_tokens\n";
@@ -393,6 +394,31 @@ static int mode_cases(void) {
   data_hook(f, NULL, 0, 0, true);
   expect_out(answer);
   assert(meta("prompt_tokens", &v) && v == 7 && !meta("completion_tokens", &v));
+  envoy_dynamic_module_on_http_filter_destroy(f);
+
+  /* A reader name nobody in Envoy reads: the answer passes unread. */
+  usage_header = "observer";
+  reset_stream();
+  f = start(config, false);
+  data_hook(f, answer, strlen(answer), 1, true);
+  expect_out(answer);
+  assert(nmeta == 0);
+  envoy_dynamic_module_on_http_filter_destroy(f);
+
+  /* A name it does not know (a newer routing stage's): read by its media type, a stream
+   * cut as its metadata asks, as Envoy's readers each ran on their media type. */
+  usage_header = "newer";
+  reset_stream();
+  f = start(config, false);
+  data_hook(f, answer, strlen(answer), 1, true);
+  assert(meta("prompt_tokens", &v) && v == 7);
+  envoy_dynamic_module_on_http_filter_destroy(f);
+  content_type = "text/event-stream", injected = "true";
+  reset_stream();
+  f = start(config, false);
+  data_hook(f, USAGE_EVENT, strlen(USAGE_EVENT), 1, true);
+  expect_out("");
+  assert(!has_content_length);
   envoy_dynamic_module_on_http_filter_destroy(f);
 
   envoy_dynamic_module_on_http_filter_config_destroy(config);

@@ -105,6 +105,7 @@ def test_media_types_as_the_regex_and_sse_rule(harness: Path) -> None:
 
 GOOD_CONFIG: Final = (
     "usage_header=x-sluicegate-usage\nby_log=log\nby_stream=stream\nby_chunks=chunks\n"
+    "by_nobody=observer,none\n"
     "namespace=sluicegate\ninjected=injected\nreservation=reservation\n"
     "usage_namespace=sluicegate.usage\ncount_key=content_events\n"
     "members=prompt_tokens,completion_tokens\n"
@@ -119,6 +120,7 @@ GOOD_CONFIG: Final = (
         ("\n\n" + GOOD_CONFIG.replace("\n", "\n\n"), True),
         (GOOD_CONFIG.rstrip("\n"), True),
         (GOOD_CONFIG.replace("by_log=log\n", ""), False),  # one missing
+        (GOOD_CONFIG.replace("by_nobody=observer,none\n", ""), False),
         (GOOD_CONFIG + "by_log=log\n", False),  # repeated
         (GOOD_CONFIG + "other=x\n", False),  # unknown
         (GOOD_CONFIG.replace("by_log=log", "by_log="), False),  # empty

@@ -5,8 +5,9 @@
  *
  * Who reads an answer is the request's `usage_header` (set by the routing stage):
  * `by_log` a JSON answer, `by_stream` an event stream, `by_chunks` an event stream also
- * counted (with a reservation) and cut (usage injected); another value: nothing; absent:
- * whichever the answer's media type is. An answer not of the reader's media type passes
+ * counted (with a reservation) and cut (usage injected); one of `by_nobody`: nothing;
+ * absent or another value: whichever the answer's media type is, a stream counted and
+ * cut as its metadata asks (Envoy's readers each ran on their media type then). An answer not of the reader's media type passes
  * untouched. Nothing is held back but a cut's unfinished event.
  *
  * Never fatal: a failed allocation stops the reading (the bytes pass as they came). */
@@ -23,11 +24,11 @@
 /* ---- configuration --------------------------------------------------------------- */
 
 enum {
-  K_USAGE_HEADER, K_BY_LOG, K_BY_STREAM, K_BY_CHUNKS, K_NAMESPACE, K_INJECTED,
+  K_USAGE_HEADER, K_BY_LOG, K_BY_STREAM, K_BY_CHUNKS, K_BY_NOBODY, K_NAMESPACE, K_INJECTED,
   K_RESERVATION, K_USAGE_NAMESPACE, K_COUNT_KEY, K_MEMBERS, K_COUNT
 };
 static const char *const KEYS[K_COUNT] = {
-    "usage_header", "by_log", "by_stream", "by_chunks", "namespace", "injected",
+    "usage_header", "by_log", "by_stream", "by_chunks", "by_nobody", "namespace", "injected",
     "reservation", "usage_namespace", "count_key", "members",
 };
 
@@ -174,6 +175,20 @@ static bool same(sg_envoy_buffer value, const config_t *config, int key) {
          memcmp(value.ptr, config->values[key], value.length) == 0;
 }
 
+/* Whether `value` is one of the comma-separated names of setting `key`. */
+static bool in_list(sg_envoy_buffer value, const config_t *config, int key) {
+  const char *list = config->values[key];
+  size_t length = config->lengths[key], start = 0;
+  for (size_t i = 0; i <= length; i++) {
+    if (i < length && list[i] != ',') continue;
+    if (i - start == value.length && (value.length == 0 ||
+                                      memcmp(list + start, value.ptr, value.length) == 0))
+      return true;
+    start = i + 1;
+  }
+  return false;
+}
+
 static int reader_of(const config_t *config, sg_filter_envoy envoy) {
   sg_envoy_buffer value = {NULL, 0};
   if (!envoy_dynamic_module_callback_http_get_header(
@@ -182,7 +197,7 @@ static int reader_of(const config_t *config, sg_filter_envoy envoy) {
   if (same(value, config, K_BY_LOG)) return READ_JSON;
   if (same(value, config, K_BY_STREAM)) return READ_STREAM;
   if (same(value, config, K_BY_CHUNKS)) return READ_CHUNKS;
-  return READ_NONE;
+  return in_list(value, config, K_BY_NOBODY) ? READ_NONE : READ_ANY;
 }
 
 static bool metadata_string(const filter_t *f, sg_filter_envoy envoy, int key,
@@ -232,8 +247,9 @@ static void start_reading(filter_t *f, sg_filter_envoy envoy) {
   bool json = !typed || json_media(type), stream = typed && event_stream_media(type);
   int kind = -1, flags = 0;
   if (json && (f->reader == READ_JSON || f->reader == READ_ANY)) kind = SG_JSON;
-  if (stream && (f->reader == READ_STREAM || f->reader == READ_ANY)) kind = SG_SSE;
-  if (stream && f->reader == READ_CHUNKS) kind = SG_SSE, flags = chunk_flags(f, envoy);
+  if (stream && f->reader == READ_STREAM) kind = SG_SSE;
+  if (stream && (f->reader == READ_CHUNKS || f->reader == READ_ANY))
+    kind = SG_SSE, flags = chunk_flags(f, envoy);
   if (kind < 0) return;
   f->slices = calloc(SLICES_AT_FIRST, sizeof *f->slices);
   if (f->slices == NULL) return;

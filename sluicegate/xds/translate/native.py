@@ -36,6 +36,11 @@ NATIVE_USAGE_READER_FILTER: Final = "sluicegate.usage_reader"
 USAGE_READER: Final = "usage_reader"
 
 
+# The reader names whose answers the usage reader reads; any other name it does not know
+# (a newer routing stage's) is read by media type, as Envoy's readers did.
+_READ_HERE: Final = (wire.USAGE_BY_LOG, wire.USAGE_BY_STREAM, wire.USAGE_BY_STREAM_CHUNKS)
+
+
 def usage_reader_config() -> str:
     """The usage reader's configuration: `key=value` lines of wire's names, which the
     library takes from here rather than keeping copies (c/usage_filter.c reads them)."""
@@ -44,6 +49,8 @@ def usage_reader_config() -> str:
         "by_log": wire.USAGE_BY_LOG,
         "by_stream": wire.USAGE_BY_STREAM,
         "by_chunks": wire.USAGE_BY_STREAM_CHUNKS,
+        # The names whose answers nobody in Envoy reads (the observer's, and none).
+        "by_nobody": ",".join(sorted(set(wire.USAGE_READERS) - set(_READ_HERE))),
         "namespace": wire.METADATA_NAMESPACE,
         "injected": wire.META_USAGE_INJECTED,
         "reservation": wire.META_RESERVATION,
