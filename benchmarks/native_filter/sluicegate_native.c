@@ -30,9 +30,6 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* What Envoy 1.40 expects (its log: "Dynamic module ABI version v0.2.0 matched"). */
-static const char ABI_VERSION[] = "v0.2.0";
-
 /* The members the reader reads (wire.BODY_READ_MEMBERS); a repeated one is refused. */
 enum {
   M_MODEL, M_STREAM, M_STREAM_OPTIONS, M_N, M_MAX_COMPLETION_TOKENS, M_MAX_TOKENS,
@@ -415,10 +412,10 @@ static void read_request(const config_t *config, sg_filter_envoy filter, bool wi
 
 /* ---- hooks ------------------------------------------------------------------------ */
 
-EXPORT const char *envoy_dynamic_module_on_program_init(void) { return ABI_VERSION; }
+EXPORT const char *envoy_dynamic_module_on_program_init(void) { return SG_ABI_VERSION; }
 
-EXPORT sg_filter_config_module envoy_dynamic_module_on_http_filter_config_new(
-    sg_filter_config_envoy config_envoy, sg_envoy_buffer name, sg_envoy_buffer config) {
+EXPORT sg_config_module envoy_dynamic_module_on_http_filter_config_new(
+    sg_config_envoy config_envoy, sg_envoy_buffer name, sg_envoy_buffer config) {
   (void)config_envoy;
   config_t *made = calloc(1, sizeof *made);
   if (name.length == 4 && memcmp(name.ptr, "pass", 4) == 0) {
@@ -450,7 +447,7 @@ EXPORT sg_filter_config_module envoy_dynamic_module_on_http_filter_config_new(
   return made;
 }
 
-EXPORT void envoy_dynamic_module_on_http_filter_config_destroy(sg_filter_config_module config) {
+EXPORT void envoy_dynamic_module_on_http_filter_config_destroy(sg_config_module config) {
   config_t *made = (config_t *)config;
   for (size_t m = 0; m < made->asks_usage_count; m++) free(made->asks_usage[m]);
   free(made->asks_usage);
@@ -458,7 +455,7 @@ EXPORT void envoy_dynamic_module_on_http_filter_config_destroy(sg_filter_config_
 }
 
 /* No state per stream: the filter is its configuration. */
-EXPORT sg_filter_module envoy_dynamic_module_on_http_filter_new(sg_filter_config_module config,
+EXPORT sg_filter_module envoy_dynamic_module_on_http_filter_new(sg_config_module config,
                                                                 sg_filter_envoy filter) {
   (void)filter;
   return config;
