@@ -8,17 +8,15 @@ The library's filters and the names their configuration uses are in c/; the tran
 configures them (xds/translate/native.py).
 """
 
-from .library import MODULE, SCANNER, SOURCE_DIR, Library, NativeBuildError, build, cache_dir
+from .library import MODULE, SCANNER, SOURCE_DIR, NativeBuildError, build
 from .resolve import NativeModule, resolve_module
 
 __all__ = [
     "MODULE",
     "SCANNER",
     "SOURCE_DIR",
-    "Library",
     "NativeBuildError",
     "NativeModule",
     "build",
-    "cache_dir",
     "resolve_module",
 ]

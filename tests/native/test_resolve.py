@@ -87,8 +87,3 @@ def test_a_failed_build_leaves_nothing_behind(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     module = resolve_module("auto")
     assert module.path is None and "error" in module.why and "this is not C" in module.error
-
-
-def test_the_module_and_the_scanner_are_different_libraries() -> None:
-    assert MODULE.name != SCANNER.name
-    assert set(SCANNER.sources) < set(MODULE.sources)

@@ -22,6 +22,7 @@ import pytest
 
 from sluicegate import wire
 from sluicegate.native import MODULE, SOURCE_DIR, build
+from sluicegate.xds.translate.native import usage_reader_config
 
 HARNESS: Final = Path(__file__).with_name("glue_harness.c")
 SANITIZERS: Final = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all")
@@ -135,6 +136,16 @@ GOOD_CONFIG: Final = (
 )  # fmt: skip
 def test_configuration_is_checked(harness: Path, config: str, made: bool) -> None:
     assert run(harness, "config", stdin=config.encode().hex() + "\n").split() == [str(int(made))]
+
+
+def test_the_translators_configuration_is_the_one_the_library_takes(harness: Path) -> None:
+    """The names come from wire through xds/translate/native.py: a key the C does not
+    know, or one it needs and is not sent, makes every listener with the filter fail."""
+    config = usage_reader_config()
+    assert run(harness, "config", stdin=config.encode().hex() + "\n").split() == ["1"]
+    for line in config.splitlines():  # each one of them needed
+        without = config.replace(line + "\n", "")
+        assert run(harness, "config", stdin=without.encode().hex() + "\n").split() == ["0"]
 
 
 def test_the_module_binds_every_symbol_when_loaded(

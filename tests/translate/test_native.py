@@ -12,7 +12,6 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from google.protobuf import json_format
 from xds.type.v3 import typed_struct_pb2
 
-from sluicegate import wire
 from sluicegate.xds.translate import LISTENER, translate
 from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER, usage_reader_config
 from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
@@ -45,18 +44,6 @@ def test_the_native_reader_takes_the_place_of_envoys_three() -> None:
     after = envoys.index(SSE_TO_METADATA_FILTER) + 1
     assert native == [*envoys[:first], NATIVE_USAGE_READER_FILTER, *envoys[after:]]
     assert not set(ENVOYS[1:]) & set(native)
-
-
-def test_its_configuration_is_wires_names() -> None:
-    lines = dict(line.split("=", 1) for line in usage_reader_config().splitlines())
-    assert lines["usage_header"] == wire.USAGE_HEADER
-    assert lines["members"].split(",") == list(wire.USAGE_MEMBERS)
-    assert (lines["by_log"], lines["by_stream"], lines["by_chunks"]) == (
-        wire.USAGE_BY_LOG, wire.USAGE_BY_STREAM, wire.USAGE_BY_STREAM_CHUNKS
-    )  # fmt: skip
-    assert (lines["namespace"], lines["usage_namespace"]) == (
-        wire.METADATA_NAMESPACE, wire.USAGE_METADATA_NAMESPACE
-    )  # fmt: skip
 
 
 def test_the_library_is_named_by_its_path() -> None:
