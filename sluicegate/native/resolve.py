@@ -11,9 +11,11 @@ from .library import MODULE, NativeBuildError, build
 
 @dataclass(frozen=True, slots=True)
 class NativeModule:
-    """The library Envoy loads (None: Envoy's own filters) and why, for logs and status;
-    `error` is a failed build's whole message (the compiler's words), for the log."""
+    """The library Envoy loads (None: Envoy's own filters) for `setting` (the config's
+    native_filters.module), and why, for logs and status; `error` is a failed build's
+    whole message (the compiler's words), for the log."""
 
+    setting: str
     path: str | None
     why: str
     error: str = ""
@@ -25,15 +27,16 @@ def resolve_module(setting: str) -> NativeModule:
     library it cannot load). `auto`: built here (library.build), or none when it cannot
     be, with the first lines of why as the reason."""
     if setting == NATIVE_OFF:
-        return NativeModule(None, "native_filters.module is off: Envoy's own filters")
+        return NativeModule(setting, None, "native_filters.module is off: Envoy's own filters")
     if setting != NATIVE_AUTO:
-        return NativeModule(setting, "native_filters.module names it")
+        return NativeModule(setting, setting, "native_filters.module names it")
     try:
         path = build(MODULE)
     except NativeBuildError as error:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         shown = ": ".join(lines[:2]).removesuffix(":")
-        return NativeModule(
-            None, f"could not build the native filters ({shown}): Envoy's own", str(error)
-        )
-    return NativeModule(str(path), "built by the control plane (native_filters.module: auto)")
+        why = f"could not build the native filters ({shown}): Envoy's own"
+        return NativeModule(setting, None, why, str(error))
+    return NativeModule(
+        setting, str(path), "built by the control plane (native_filters.module: auto)"
+    )

@@ -107,10 +107,8 @@ class ControlPlane:
         self.drained: set[str] = _read_drained(drained_file)
         # Per-route resources of the last push, reused for routes a reload left alone.
         self._memo = RouteMemo()
-        # The native filters library of the last good config (sluicegate.native), and the
-        # setting it was resolved from.
+        # The native filters library of the last good config (sluicegate.native).
         self.native: NativeModule | None = None
-        self._native_setting = ""
 
     def watched_paths(self) -> list[Path]:
         """The config file, then the key files its last good version names, providers' and
@@ -193,7 +191,6 @@ class ControlPlane:
             else:
                 log.info("native filters: %s (%s)", native.path or "none", native.why)
         self.native = native
-        self._native_setting = config.native_filters.module
         self.config = config
         self.configured = configured
         self.model = model
@@ -211,7 +208,7 @@ class ControlPlane:
         """The library of `setting` (sluicegate.native.resolve_module), resolved again only
         when the setting changed: `auto` runs gcc (about a second, on the event loop) on
         its first load, and a failed build is not retried on every reload or drain."""
-        if self.native is not None and setting == self._native_setting:
+        if self.native is not None and setting == self.native.setting:
             return self.native
         return resolve_module(setting)
 

@@ -182,17 +182,18 @@ async def arms(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Arms]:
     await web.TCPSite(runner, "127.0.0.1", provider_port).start()
     collector = Collector()
     collector_server = await serve_collector(collector, collector_port)
-    ext_proc = ExtProcServer()
+    models = {
+        arm: build_model(config_of(document(port, provider_port)), {})
+        for arm, port in ports.items()
+    }
     library = str(build(MODULE, into=tmp / "build"))
+    models["native"] = replace(models["native"], native_module=library)
+    ext_proc = ExtProcServer()
+    ext_proc.load(models["envoy"])  # one routing stage for both: their routes are the same
     async with AsyncExitStack() as stack:
-        for arm, port in ports.items():
-            model = build_model(config_of(document(port, provider_port)), {})
-            if arm == "native":
-                model = replace(model, native_module=library)
-            else:
-                ext_proc.load(model)  # the same routing stage serves both listeners
-                await ext_proc.start(f"127.0.0.1:{ext_proc_port}")
-                stack.push_async_callback(ext_proc.stop, 0)
+        await ext_proc.start(f"127.0.0.1:{ext_proc_port}")
+        stack.push_async_callback(ext_proc.stop, 0)
+        for arm, model in models.items():
             bootstrap = static_bootstrap(translate(model), ext_proc_port=ext_proc_port)
             folder = tmp / arm
             folder.mkdir()
