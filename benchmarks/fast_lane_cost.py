@@ -50,7 +50,7 @@ import yaml
 from benchmarks.harness.bootstraps import plain_gateway
 from benchmarks.harness.cli import benchmark_parser
 from benchmarks.harness.ext_proc_child import ExtProcChild
-from benchmarks.harness.processes import pin, stop_tree, wait_listening
+from benchmarks.harness.processes import ENVOY_CORE, LOAD_CORE, pin, stop_tree, wait_listening
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
 from sluicegate import wire
@@ -83,11 +83,6 @@ def _body(prompt_bytes: int) -> str:
 
 READERS: Final = frozenset({JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER, SSE_TO_METADATA_FILTER})
 OTHERS: Final = frozenset({FAULT_FILTER, ERROR_BODY_FILTER})
-# Envoy on one core, the load (wrk, the upstream, the ext_proc server) on the other: at
-# concurrency 1 a p50 otherwise flips between two modes (about 0.4 and 1.1 ms) with where
-# the scheduler puts the three processes.
-ENVOY_CORE: Final = 0
-LOAD_CORE: Final = "1"
 # The tenant of the arms that have one, and its key (from a secret file).
 TENANT_KEY: Final = "sk-sg-bench-0000000000000000000000000"
 # name -> (HTTP filters removed, access log removed, tenant: None, "key", "limits", "auto",

@@ -70,7 +70,13 @@ from sluicegate.records import (
     log_records,
     time_per_output_token,
 )
-from sluicegate.testing import edited_listeners, free_ports, static_bootstrap
+from sluicegate.testing import (
+    edited_listeners,
+    free_ports,
+    metadata_fields,
+    static_bootstrap,
+    usage_fields,
+)
 from sluicegate.xds.translate import LISTENER, translate
 from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
 from sluicegate.xds.translate.usage import (
@@ -534,8 +540,8 @@ def _log_record() -> Any:
         wire.RECORD_FIRST_UPSTREAM_BODY_US: "304101",
         wire.RECORD_FIRST_DOWNSTREAM_BYTE_US: "303700",
         wire.RECORD_LAST_DOWNSTREAM_BYTE_US: "682004",
-        wire.RECORD_METADATA: json.dumps(metadata, separators=(",", ":")),
-        wire.RECORD_USAGE: json.dumps(usage, separators=(",", ":")),
+        **metadata_fields(metadata),
+        **usage_fields(usage),
     }  # fmt: skip
     body = common_pb2.AnyValue(string_value=wire.record_body(wire.RECORD_LOG_NAME, attributes))
     return logs_pb2.LogRecord(time_unix_nano=time.time_ns(), body=body)

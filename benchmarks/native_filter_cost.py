@@ -46,7 +46,7 @@ from typing import Any, Final
 import yaml
 
 from benchmarks.harness.bootstraps import bootstrap, cluster, typed
-from benchmarks.harness.processes import pin, stop_tree, wait_listening
+from benchmarks.harness.processes import ENVOY_CORE, LOAD_CORE, pin, stop_tree, wait_listening
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
 from sluicegate import wire
@@ -58,8 +58,6 @@ from sluicegate.xds.translate.model_reader import MODEL_READER_FILTER
 
 from .fast_lane_cost import (
     ARMS,
-    ENVOY_CORE,
-    LOAD_CORE,
     MODEL,
     _body,
     _bootstrap,

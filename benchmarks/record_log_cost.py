@@ -12,7 +12,10 @@ the OpenTelemetry logs. The arms differ in one thing each:
 - record log, as translated: the record's fields in one body (`record_log.py`);
 - record log as one attribute a field: the same format strings, one OTel attribute each (how it
   was sent before the body);
-- record log without the metadata JSON: the body without the two whole namespaces;
+- record log, each namespace as JSON (before session 18): the two whole namespaces as two
+  fields of JSON instead of a field a key; the usage as JSON: the usage namespace alone;
+  record log without the metadata: the body without any metadata field (these arms and
+  the ones before them have set_metadata write a usage namespace too, as a reader would);
 - usage readers, as translated: json_to_metadata, the stream usage Lua filter and
   sse_to_metadata behind their matchers, the request marked for json_to_metadata
   (`x-sluicegate-usage: log`), so the Lua and SSE filters are skipped;
@@ -47,7 +50,7 @@ from google.protobuf.json_format import MessageToDict
 from sluicegate import wire
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.native import MODULE, build
-from sluicegate.testing import free_ports
+from sluicegate.testing import cpu_seconds, free_ports
 from sluicegate.xds.translate import LISTENER, translate
 from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER, native_usage_reader
 from sluicegate.xds.translate.record_log import RECORD_FORMATS, record_access_log
@@ -55,7 +58,7 @@ from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
 from sluicegate.xds.translate.usage import STREAM_USAGE_FILTER
 
 from .harness.cli import benchmark_parser
-from .harness.processes import stop_tree, wait_listening
+from .harness.processes import ENVOY_CORE, LOAD_CORE, pin, stop_tree, wait_listening
 from .harness.results import machine, today
 from .harness.stats import median
 from .latency_metrics import gateway_model
@@ -73,6 +76,9 @@ METADATA: Final = {
     wire.META_STREAM: "false", wire.META_RESERVATION: "r-123456",
     wire.META_ESTIMATE_INPUT: "12", wire.META_ESTIMATE_OUTPUT: "16",
 }  # fmt: skip
+COPIES: Final = 10
+# The usage json_to_metadata writes of ANSWER.
+USAGE: Final = {"prompt_tokens": 3, "completion_tokens": 4}
 # A stream's answer in one body: 16 content events, then the usage event the gateway asked
 # for (choices empty), then [DONE].
 STREAM_ANSWER: Final = "".join(
@@ -215,6 +221,8 @@ class Arm:
     stream: bool = False
     metadata: Mapping[str, Any] = field(default_factory=lambda: METADATA)
     reader: str = wire.USAGE_BY_LOG  # what the routing stage names (usage_reader.py)
+    # The usage namespace as a reader would have written it (arms without a reader).
+    usage: Mapping[str, Any] | None = None
 
 
 def _native_reader(work: Path) -> list[dict[str, Any]]:
@@ -229,21 +237,45 @@ def _only(*names: str) -> Callable[[Path], list[dict[str, Any]]]:
 
 
 def _arms() -> dict[str, Arm]:
-    without_metadata = wire.record_body(
-        wire.RECORD_LOG_NAME,
-        {k: v for k, v in RECORD_FORMATS.items()
-         if k not in (wire.RECORD_METADATA, wire.RECORD_USAGE)},
-    )  # fmt: skip
+    fixed = [RECORD_FORMATS[k] for k in wire.RECORD_LAYOUT if k not in wire.RECORD_METADATA_FIELDS]
+    meta_by_key = [RECORD_FORMATS[k] for k in wire.RECORD_METADATA_FIELDS
+                   if k not in wire.RECORD_USAGE_FIELDS]  # fmt: skip
+    usage_json = f"%DYNAMIC_METADATA({wire.USAGE_METADATA_NAMESPACE})%"
+    meta_json = f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE})%"
+
+    def body(*lines: str) -> str:
+        return "\n".join((wire.RECORD_LOG_NAME, *lines))
+
     # A stream of a routing-only route (no reservation): Lua reads no chunk.
     unreserved = {k: v for k, v in METADATA.items() if k != wire.META_RESERVATION}
     # A reserved stream whose usage event the gateway asked for: Lua counts and cuts.
     cut = {**METADATA, wire.META_USAGE_INJECTED: "true"}
     return {
         "base": Arm(),
-        "record log, as translated": Arm(logs=lambda: [_record_log()]),
-        "record log as one attribute a field": Arm(logs=lambda: [_record_log(attributes=True)]),
-        "record log without the metadata JSON": Arm(
-            logs=lambda: [_record_log(body=without_metadata)]
+        "record log, as translated": Arm(logs=lambda: [_record_log()], usage=USAGE),
+        "record log as one attribute a field": Arm(
+            logs=lambda: [_record_log(attributes=True)], usage=USAGE
+        ),
+        "record log, each namespace as JSON (before session 18)": Arm(
+            logs=lambda: [_record_log(body=body(*fixed, usage_json, meta_json))], usage=USAGE
+        ),
+        "record log, the usage as JSON": Arm(
+            logs=lambda: [_record_log(body=body(*fixed, *meta_by_key, usage_json))], usage=USAGE
+        ),
+        "record log without the metadata": Arm(
+            logs=lambda: [_record_log(body=body(*fixed))], usage=USAGE
+        ),
+        # Ten of the same log on each request, so that the difference stands out of this
+        # machine's noise (about ±20 µs a request from round to round).
+        f"{COPIES} record logs, as translated": Arm(
+            logs=lambda: [_record_log()] * COPIES, usage=USAGE
+        ),
+        f"{COPIES} record logs, each namespace as JSON (before session 18)": Arm(
+            logs=lambda: [_record_log(body=body(*fixed, usage_json, meta_json))] * COPIES,
+            usage=USAGE,
+        ),
+        f"{COPIES} record logs without the metadata": Arm(
+            logs=lambda: [_record_log(body=body(*fixed))] * COPIES, usage=USAGE
         ),
         "usage readers, as translated": Arm(filters=_usage_readers),
         "usage readers and the record log": Arm(
@@ -281,7 +313,9 @@ def _arms() -> dict[str, Arm]:
 def _front(port: int, upstream: int, sink: int, arm: Arm, work: Path) -> dict[str, Any]:
     set_metadata = {"name": "envoy.filters.http.set_metadata", "typed_config": _typed(
         "envoy.extensions.filters.http.set_metadata.v3.Config",
-        metadata=[{"metadata_namespace": wire.METADATA_NAMESPACE, "value": dict(arm.metadata)}],
+        metadata=[{"metadata_namespace": wire.METADATA_NAMESPACE, "value": dict(arm.metadata)},
+                  *([{"metadata_namespace": wire.USAGE_METADATA_NAMESPACE,
+                      "value": dict(arm.usage)}] if arm.usage else [])],
     )}  # fmt: skip
     route = {"name": "chat", "match": {"prefix": "/"}, "route": {"cluster": "up"}}
     return _bootstrap(
@@ -290,19 +324,23 @@ def _front(port: int, upstream: int, sink: int, arm: Arm, work: Path) -> dict[st
     )
 
 
-def _wrk(url: str, seconds: int, reader: str) -> tuple[float, float]:
-    """wrk -c1, the request marked for `reader`: (p50 µs, mean µs per request)."""
+def _wrk(url: str, seconds: int, reader: str, envoy: int) -> tuple[float, float, float]:
+    """wrk -c1, the request marked for `reader`: (p50 µs, mean µs per request, CPU µs
+    per request of the front Envoy `envoy`, every thread)."""
+    cpu = cpu_seconds(envoy)
     out = subprocess.run(
-        ["wrk", "-c1", "-t1", f"-d{seconds}s", "--latency",
+        ["taskset", "-c", LOAD_CORE, "wrk", "-c1", "-t1", f"-d{seconds}s", "--latency",
          "-H", f"{wire.USAGE_HEADER}: {reader}", url],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
+    cpu = cpu_seconds(envoy) - cpu
     found = re.search(r"50%\s+([\d.]+)(us|ms)", out)
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    if found is None or rate is None:
+    count = re.search(r"(\d+) requests in", out)
+    if found is None or rate is None or count is None:
         raise RuntimeError(f"wrk said:\n{out}")
     p50 = float(found.group(1)) * (1 if found.group(2) == "us" else 1000)
-    return p50, 1e6 / float(rate.group(1))
+    return p50, 1e6 / float(rate.group(1)), 1e6 * cpu / int(count.group(1))
 
 
 def _check_the_cut(urls: dict[str, str], arms: dict[str, Arm]) -> None:
@@ -324,56 +362,69 @@ def _check_the_cut(urls: dict[str, str], arms: dict[str, Arm]) -> None:
 
 def run(rounds: int, seconds: int, only: str | None = None) -> str:
     work = Path(tempfile.mkdtemp(prefix="record-log-cost-"))
+    wanted = [part for part in only.split(",") if part] if only else None
     arms = {name: arm for name, arm in _arms().items()
-            if only is None or only in name or name in ("base", "stream: base")}  # fmt: skip
+            if wanted is None or any(part in name for part in wanted)
+            or name in ("base", "stream: base")}  # fmt: skip
     upstream, sink, *ports = free_ports(2 + len(arms))
-    sink_process = subprocess.Popen([sys.executable, "-c", SINK, str(sink)])
+    sink_process = subprocess.Popen(
+        ["taskset", "-c", LOAD_CORE, sys.executable, "-c", SINK, str(sink)]
+    )
     envoys = [EnvoyProcess(_upstream(upstream), work_dir=work / "upstream", concurrency=1)]
     urls: dict[str, str] = {}
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in arms}
     try:
         for index, ((name, arm), port) in enumerate(zip(arms.items(), ports, strict=True)):
             envoys.append(EnvoyProcess(_front(port, upstream, sink, arm, work),
                                        work_dir=work / f"arm-{index}", concurrency=1))  # fmt: skip
             path = STREAM_PATH if arm.stream else "/v1/chat/completions"
             urls[name] = f"http://127.0.0.1:{port}{path}"
-        for envoy in envoys:
+        for index, envoy in enumerate(envoys):
             envoy.start_blocking()
+            assert envoy.pid is not None
+            # The upstream (the first) with the load, every front Envoy on the other core.
+            pin(envoy.pid, int(LOAD_CORE) if index == 0 else ENVOY_CORE)
+        pids = {name: envoy.pid or 0 for name, envoy in zip(arms, envoys[1:], strict=True)}
         for port in (upstream, *ports):
             wait_listening(port, 30.0)
         names = list(arms)
         _check_the_cut(urls, arms)
         for name in names:
-            _wrk(urls[name], 1, arms[name].reader)  # warm: connections, the first Lua state
+            # Warm: connections, the first Lua state.
+            _wrk(urls[name], 1, arms[name].reader, pids[name])
         for index in range(rounds):
             for name in names[index % len(names) :] + names[: index % len(names)]:
-                results[name].append(_wrk(urls[name], seconds, arms[name].reader))
+                results[name].append(_wrk(urls[name], seconds, arms[name].reader, pids[name]))
     finally:
         for envoy in envoys:
             envoy.stop_blocking()
         stop_tree(sink_process)
 
-    def base(name: str) -> list[tuple[float, float]]:
+    def base(name: str) -> list[tuple[float, float, float]]:
         return results["stream: base" if arms[name].stream else "base"]
 
     lines = [
         f"{today()}; {machine()}; Envoy with 1 worker; wrk -c1 -t1 for {seconds} s per arm "
-        f"and round, {rounds} rounds (the arms in turn, the order rotating)",
+        f"and round, {rounds} rounds (the arms in turn, the order rotating); the front "
+        "Envoys on one core, the upstream Envoy, the log sink and wrk on the other",
         "",
-        "| arm | p50 µs | added p50 µs | mean µs per request | added mean µs |",
-        "|---|---:|---:|---:|---:|",
+        "| arm | p50 µs | added p50 µs | mean µs per request | added mean µs "
+        "| Envoy CPU µs per request | added CPU µs |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name in arms:
-        p50s = [p for p, _ in results[name]]
-        means = [m for _, m in results[name]]
-        added_p50 = median([a - b for a, (b, _) in zip(p50s, base(name), strict=True)])
-        added_mean = median([a - b for a, (_, b) in zip(means, base(name), strict=True)])
-        lines.append(f"| {name} | {median(p50s):.1f} | {added_p50:+.1f} | "
-                     f"{median(means):.1f} | {added_mean:+.1f} |")  # fmt: skip
+        cells = []
+        for column in range(3):
+            values = [row[column] for row in results[name]]
+            added = median([a[column] - b[column]
+                            for a, b in zip(results[name], base(name), strict=True)])  # fmt: skip
+            cells += [f"{median(values):.1f}", f"{added:+.1f}"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "Medians of the rounds; the added figures are per round (a stream's against "
-        "`stream: base`), then their median.",
+        "`stream: base`), then their median. Envoy's CPU is the front Envoy's, every "
+        "thread, over the round's requests.",
     ]
     return "\n".join(lines)
 
@@ -382,7 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = benchmark_parser(__doc__, write_help=None)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm and round")
-    parser.add_argument("--only", help="the arms whose name has this text (and their base)")
+    parser.add_argument(
+        "--only", help="the arms whose name has one of these comma-separated texts (and their base)"
+    )
     args = parser.parse_args(argv)
     print(run(args.rounds, args.seconds, args.only))
     return 0

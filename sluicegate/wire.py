@@ -71,6 +71,8 @@ MAX_REQUEST_HEADERS_KB: Final = 60
 REQUEST_HEADERS_HEADROOM: Final = 32
 REQUEST_HEADERS_HEADROOM_KB: Final = 16
 
+# sluicegate's namespace of a request's dynamic metadata and of its endpoints' metadata.
+METADATA_NAMESPACE: Final = "sluicegate"
 # Dynamic metadata (namespace METADATA_NAMESPACE) the admission stage sets on an admitted
 # request: its record (or the usage observer) charges the reservation from it, and routes
 # turn the rate-limit values into OpenAI's x-ratelimit-* response headers without a
@@ -158,7 +160,7 @@ QUEUE_MS_HEADER: Final = "x-sluicegate-queue-ms"
 # order of RECORD_LAYOUT (record_body below).
 # Renamed whenever RECORD_LAYOUT changes, so a record of another layout (an Envoy and an
 # ext_proc server on two versions, an upgrade under way) decodes empty, never shifted.
-RECORD_LOG_NAME: Final = "sluicegate-record-2"
+RECORD_LOG_NAME: Final = "sluicegate-record-3"
 RECORD_ROUTE: Final = "route"
 RECORD_PROVIDER: Final = "provider"
 RECORD_STATUS: Final = "status"
@@ -175,10 +177,6 @@ RECORD_LAST_DOWNSTREAM_BYTE_US: Final = "last_downstream_byte_us"  # DS_TX_END
 # body byte (US_TX_BEG to US_RX_BODY_BEG): the provider's own time to first token, without
 # the gateway's routing, queueing or earlier attempts.
 RECORD_PROVIDER_TTFT_US: Final = "provider_ttft_us"
-# The request's dynamic metadata, namespace METADATA_NAMESPACE and USAGE_METADATA_NAMESPACE,
-# each as one JSON object.
-RECORD_METADATA: Final = "metadata"
-RECORD_USAGE: Final = "usage"
 # The request's id, the same in each of its records: made by Envoy from values no client
 # sets (not x-request-id, which a sidecar keeps from its client); and the record's
 # access-log type: LOG_TYPE_IN_FLIGHT for one sent while the request still runs, every
@@ -187,26 +185,6 @@ RECORD_STREAM_ID: Final = "stream_id"
 RECORD_LOG_TYPE: Final = "log_type"
 LOG_TYPE_IN_FLIGHT: Final = "DownstreamPeriodic"
 IN_FLIGHT_FLUSH_MS: Final = 500
-# The record's fields in the order its body carries them. The metadata JSON comes last:
-# it is the only field holding client text (an unrouted model), and a split that stops
-# before it leaves whatever it holds in it.
-RECORD_LAYOUT: Final = (
-    RECORD_STREAM_ID,
-    RECORD_ROUTE,
-    RECORD_PROVIDER,
-    RECORD_STATUS,
-    RECORD_FLAGS,
-    RECORD_DETAILS,
-    RECORD_ATTEMPTS,
-    RECORD_CONTENT_TYPE,
-    RECORD_FIRST_UPSTREAM_BYTE_US,
-    RECORD_FIRST_UPSTREAM_BODY_US,
-    RECORD_FIRST_DOWNSTREAM_BYTE_US,
-    RECORD_LAST_DOWNSTREAM_BYTE_US,
-    RECORD_PROVIDER_TTFT_US,
-    RECORD_USAGE,
-    RECORD_METADATA,
-)
 # Set on a reserved request whose usage the usage observer charges (a large JSON answer):
 # the value is USAGE_VIA_OBSERVER. The request record charges every other reservation
 # (docs/admission.md, "Reserve, then reconcile").
@@ -277,6 +255,67 @@ USAGE_MEMBERS: Final = ("prompt_tokens", "completion_tokens", "input_tokens", "o
 USAGE_CONTENT_EVENTS: Final = "content_events"
 # A usage count above this is garbage, not usage (a provider's, or a client's text).
 MAX_USAGE_TOKENS: Final = 10**9
+
+
+def metadata_field(namespace: str, key: str) -> str:
+    """The record field carrying dynamic metadata `key` of `namespace`: Envoy's own name
+    for it (`%DYNAMIC_METADATA(<namespace>:<key>)%`), which formats the value's text: a
+    string as it is, a number or a boolean as JSON, "-" for none."""
+    return f"{namespace}:{key}"
+
+
+# The request's dynamic metadata the record reads, one field a key. Not each namespace as
+# one JSON object: Envoy's JSON printer cost its worker about 30 µs a request, before the
+# response's last bytes leave (benchmarks/RESULTS.md, "The record's metadata, key by key").
+# The model comes last: it is the only value holding client text (an unrouted model may
+# hold a newline), and a split that stops before it leaves whatever it holds in it. The
+# usage members come just before it: a provider may send one as text, with a newline,
+# which can then garble only that request's usage (the provider's own word anyway) and
+# model.
+RECORD_USAGE_FIELDS: Final = tuple(
+    metadata_field(USAGE_METADATA_NAMESPACE, key) for key in (*USAGE_MEMBERS, USAGE_CONTENT_EVENTS)
+)
+RECORD_METADATA_FIELDS: Final = (
+    *(
+        metadata_field(METADATA_NAMESPACE, key)
+        for key in (
+            META_TENANT,
+            META_KEY_NAME,
+            META_PRIORITY,
+            META_SCENARIO,
+            META_SCENARIO_ASKED,
+            META_ROUTE,
+            META_ERROR_CODE,
+            META_QUEUE_MS,
+            META_STREAM,
+            META_RESERVATION,
+            META_ESTIMATE_INPUT,
+            META_ESTIMATE_OUTPUT,
+            META_USAGE_VIA,
+            META_AUTO_LANE,
+            META_CHARGED_TENANT,
+        )
+    ),
+    *RECORD_USAGE_FIELDS,
+    metadata_field(METADATA_NAMESPACE, META_MODEL),
+)
+# The record's fields in the order its body carries them.
+RECORD_LAYOUT: Final = (
+    RECORD_STREAM_ID,
+    RECORD_ROUTE,
+    RECORD_PROVIDER,
+    RECORD_STATUS,
+    RECORD_FLAGS,
+    RECORD_DETAILS,
+    RECORD_ATTEMPTS,
+    RECORD_CONTENT_TYPE,
+    RECORD_FIRST_UPSTREAM_BYTE_US,
+    RECORD_FIRST_UPSTREAM_BODY_US,
+    RECORD_FIRST_DOWNSTREAM_BYTE_US,
+    RECORD_LAST_DOWNSTREAM_BYTE_US,
+    RECORD_PROVIDER_TTFT_US,
+    *RECORD_METADATA_FIELDS,
+)
 # A JSON media type (application/json, application/problem+json …, any parameters such as
 # charset), case-insensitive; RE2 and Python `re` read it alike. Envoy's json_to_metadata
 # reads usage from such answers, the usage observer parses them, and a provider's error
@@ -302,8 +341,8 @@ EXT_PROC_CLUSTER: Final = "sluicegate_ext_proc"  # the routing stage: one stream
 # land on one of them.
 EXT_PROC_SIDE_CLUSTER: Final = "sluicegate_ext_proc_side"
 
-# Endpoint metadata namespace carrying per-provider facts to per-attempt filters.
-METADATA_NAMESPACE: Final = "sluicegate"
+# Endpoint metadata (namespace METADATA_NAMESPACE) carrying per-provider facts to
+# per-attempt filters.
 META_PROVIDER: Final = "provider"
 META_PATH_PREFIX: Final = "path_prefix"
 META_MODEL_MAP: Final = "model_map"
@@ -342,7 +381,7 @@ def model_body(model: str) -> bytes:
 # answering host carries it, to the control plane (cluster XDS_CLUSTER).
 META_ROUTING: Final = "routing"
 ROUTING_LATENCY: Final = "latency"
-LATENCY_LOG_NAME: Final = "sluicegate-latency"
+LATENCY_LOG_NAME: Final = "sluicegate-latency-2"
 # The latency log's fields, in order: what latency-aware routing reads (which route and
 # provider, whether it failed, its time to first token, its duration and, for time per
 # output token, whether it streamed and its output tokens); the rest stays off the wire.
@@ -356,7 +395,7 @@ LATENCY_LAYOUT: Final = (
     RECORD_FIRST_UPSTREAM_BODY_US,
     RECORD_LAST_DOWNSTREAM_BYTE_US,
     RECORD_PROVIDER_TTFT_US,
-    RECORD_USAGE,
+    *RECORD_USAGE_FIELDS,
 )
 # ----- the auto lane (docs/fast-lane.md, "The auto lane") ---------------------------------
 
@@ -365,15 +404,14 @@ LATENCY_LAYOUT: Final = (
 # request and whether it still runs, whether it failed, the tenant, key and estimate in
 # the metadata, the usage, and for a stream without usage its counted events; the
 # details tell the fast lane's own refusal).
-LANE_LOG_NAME: Final = "sluicegate-lane"
+LANE_LOG_NAME: Final = "sluicegate-lane-2"
 LANE_LAYOUT: Final = (
     RECORD_STREAM_ID,
     RECORD_LOG_TYPE,
     RECORD_STATUS,
     RECORD_DETAILS,
     RECORD_CONTENT_TYPE,
-    RECORD_USAGE,
-    RECORD_METADATA,
+    *RECORD_METADATA_FIELDS,
 )
 # What the ext_proc servers tell the control plane of an `auto` tenant's request, one
 # note a record of it (lanes/notes.py), sent to the control plane's LogsService as the
@@ -414,7 +452,7 @@ def record_body(log_name: str, fields: Mapping[str, str]) -> str:
 def record_fields(body: str) -> dict[str, str]:
     """The fields of a record log's body, by key; {} for a body of no known log. No
     field but the last can hold a newline: the header values, codes, names and numbers
-    Envoy formats cannot, and the JSON it writes escapes them."""
+    Envoy formats cannot (but a provider's usage member as text: RECORD_METADATA_FIELDS)."""
     log_name, _, rest = body.partition("\n")
     layout = _LAYOUTS.get(log_name)
     if layout is None:

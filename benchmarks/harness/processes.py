@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from typing import Final
 
 from sluicegate.testing import alive, children_of
 
@@ -21,6 +22,13 @@ def wait_listening(port: int, timeout_s: float) -> None:
         except OSError:
             time.sleep(0.02)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+# Envoy on one core, the load (wrk, the upstream, the ext_proc server) on the other: at
+# concurrency 1 a p50 otherwise flips between two modes (about 0.4 and 1.1 ms) with where
+# the scheduler puts the processes.
+ENVOY_CORE: Final = 0
+LOAD_CORE: Final = "1"
 
 
 def pin(pid: int, core: int) -> None:

@@ -3,15 +3,16 @@
 Envoy's OpenTelemetry access log (xds/translate/record_log.py) sends one log record per
 request, its fields named by wire.RECORD_* in one string (docs/metrics.md, "The record").
 `decode` turns one into a RequestRecord and never raises: a missing field, Envoy's
-"-" for a value it does not have, a number that does not parse or is out of range, and
-metadata that is not a JSON object each leave that field empty ("" or None), so one odd
-entry costs its own fields, never the batch.
+"-" for a value it does not have, and a number that does not parse or is out of range
+each leave that field empty ("" or None), so one odd entry costs its own fields, never
+the batch. The request's metadata comes one key a field, as its value's text
+(wire.metadata_field).
 """
 
 from __future__ import annotations
 
-import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -103,54 +104,70 @@ def _seconds_from_us(value: str | None) -> float | None:
     return None if micros is None else micros / 1_000_000
 
 
-def _json_object(value: str | None) -> Mapping[str, Any]:
-    if not value or value == _ABSENT:
-        return {}
-    try:
-        parsed = json.loads(value)
-    except (ValueError, RecursionError):
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+def _keys(namespace: str) -> tuple[tuple[str, str], ...]:
+    """(field, key) of each key of `namespace` the record carries (wire.metadata_field)."""
+    prefix = wire.metadata_field(namespace, "")
+    return tuple(
+        (field, field[len(prefix) :])
+        for field in wire.RECORD_METADATA_FIELDS
+        if field.startswith(prefix)
+    )
 
 
-def _meta_text(meta: Mapping[str, Any], key: str) -> str:
-    value = meta.get(key)
-    return _text(value) if isinstance(value, str) else ""
+_META_KEYS: Final = _keys(wire.METADATA_NAMESPACE)
+_USAGE_KEYS: Final = _keys(wire.USAGE_METADATA_NAMESPACE)
 
 
-def _tokens(usage: Mapping[str, Any], *keys: str) -> int | None:
+def _metadata(attrs: Mapping[str, str], keys: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The `keys` (_META_KEYS, _USAGE_KEYS) that have a value, as Envoy wrote them."""
+    found = {}
+    for field, key in keys:
+        value = attrs.get(field)
+        if value and value != _ABSENT:
+            found[key] = value
+    return found
+
+
+# A JSON number, as Envoy writes a metadata number (20, 2.5, 1.0e+300); a boolean, other
+# text and "Infinity" are none.
+_JSON_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_MAX_NUMBER_TEXT: Final = 32
+
+
+def _number(value: str | None) -> float | None:
+    if not value or len(value) > _MAX_NUMBER_TEXT or not _JSON_NUMBER.fullmatch(value):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _meta_text(meta: Mapping[str, str], key: str) -> str:
+    return _text(meta.get(key))
+
+
+def _tokens(usage: Mapping[str, str], *keys: str) -> int | None:
     """The first member that is a whole count up to wire.MAX_USAGE_TOKENS, as the body
     parser takes them (JSON numbers come as doubles: 20.0)."""
     for key in keys:
-        value = usage.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if math.isfinite(value) and value == int(value) and 0 <= value <= wire.MAX_USAGE_TOKENS:
+        value = _number(usage.get(key))
+        if value is not None and value == int(value) and 0 <= value <= wire.MAX_USAGE_TOKENS:
             return int(value)
     return None
 
 
-def _queue_seconds(value: Any) -> float | None:
+def _queue_seconds(value: str | None) -> float | None:
     """wire.META_QUEUE_MS: milliseconds, a number or its decimal text."""
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    ms = _number(value)
+    if ms is None or ms < 0 or ms > 1e12:
         return None
-    if not math.isfinite(value) or value < 0 or value > 1e12:
-        return None
-    return value / 1000
+    return ms / 1000
 
 
-def _stream(meta: Mapping[str, Any], content_type: str) -> bool:
-    """What the routing stage saw in the body (wire.META_STREAM); without it, whether the
-    answer was an event stream."""
+def _stream(meta: Mapping[str, str], content_type: str) -> bool:
+    """What the routing stage saw in the body (wire.META_STREAM: a boolean or its text);
+    without it, whether the answer was an event stream."""
     value = meta.get(wire.META_STREAM)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value in ("true", "false"):
+    if value in ("true", "false"):
         return value == "true"
     return content_type.lower().startswith("text/event-stream")
 
@@ -243,8 +260,8 @@ def decode(
     is each provider's model_map (client model -> provider model); `defaults` names what
     the routing stage did not (without it: nothing). Never raises."""
     attrs = fields_of(log_record)
-    meta = _json_object(attrs.get(wire.RECORD_METADATA))
-    usage = _json_object(attrs.get(wire.RECORD_USAGE))
+    meta = _metadata(attrs, _META_KEYS)
+    usage = _metadata(attrs, _USAGE_KEYS)
     provider = _text(attrs.get(wire.RECORD_PROVIDER))
     model = _meta_text(meta, wire.META_MODEL)
     status = _count(attrs.get(wire.RECORD_STATUS)) or 0
@@ -307,7 +324,7 @@ def decode(
         estimate_input=_count(_meta_text(meta, wire.META_ESTIMATE_INPUT)) or 0,
         estimate_output=_count(_meta_text(meta, wire.META_ESTIMATE_OUTPUT)) or 0,
         usage_by_observer=meta.get(wire.META_USAGE_VIA) == wire.USAGE_VIA_OBSERVER,
-        auto_lane=meta.get(wire.META_AUTO_LANE) is True,
+        auto_lane=meta.get(wire.META_AUTO_LANE) == "true",
         fast_lane=bool(_meta_text(meta, wire.META_CHARGED_TENANT)),
         stream_id=_text(attrs.get(wire.RECORD_STREAM_ID)),
         in_flight=attrs.get(wire.RECORD_LOG_TYPE) == wire.LOG_TYPE_IN_FLIGHT,

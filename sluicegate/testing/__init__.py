@@ -5,7 +5,8 @@ free ports (`ports`), a real redis-server process (`redis_server`), static Envoy
 bootstraps, from translated resources (`bootstraps`) or hand-written with both ext_proc
 stages (`static_gateway`), ext_proc request messages as Envoy sends them
 (`ext_proc_messages`), an ADS client that behaves like Envoy (`ads_client`), and a
-process's CPU, memory and children read from /proc (`procfs`), the quickstart on free
+process's CPU, memory and children read from /proc (`procfs`), a request's metadata as
+the request record's fields (`record_fields`), the quickstart on free
 ports (`quickstart`) and closed-loop load that sorts every request's outcome around a
 fault (`steady_load`).
 """
@@ -34,6 +35,7 @@ from .procfs import (
     sys_seconds,
 )
 from .quickstart import EXAMPLES, quickstart_on_free_ports
+from .record_fields import envoy_text, metadata_fields, usage_fields
 from .redis_server import RedisServer
 from .static_gateway import Provider, Route, ext_proc_filter, static_gateway
 from .steady_load import SETTLED_S, Verdict, judge, steady_load, wait_until
@@ -59,12 +61,14 @@ __all__ = [
     "cpu_by_role",
     "cpu_seconds",
     "edited_listeners",
+    "envoy_text",
     "ext_proc_filter",
     "free_port",
     "free_ports",
     "grpc_cluster",
     "headers_message",
     "judge",
+    "metadata_fields",
     "quickstart_on_free_ports",
     "rss_bytes",
     "running_children",
@@ -73,6 +77,7 @@ __all__ = [
     "steady_load",
     "sys_seconds",
     "to_dict",
+    "usage_fields",
     "wait_until",
     "without_sds_config",
 ]

@@ -7,7 +7,6 @@ what the fast lane let through. Real stores: memory, and Redis behind its failov
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
@@ -34,6 +33,7 @@ from sluicegate.filters.admission.recent import RecentIds
 from sluicegate.filters.limiter import Decision, Limit, LimiterStore, MemoryStore, Usage
 from sluicegate.model import Gateway
 from sluicegate.records import decode
+from sluicegate.testing import metadata_fields, usage_fields
 from tests.redis_server import RedisServer
 
 from ..records.helpers import export_of, log_record
@@ -117,9 +117,9 @@ def fast_lane_fields(
         meta[wire.META_AUTO_LANE] = True
     if reservation is not None:
         meta[wire.META_RESERVATION] = reservation
-    fields = {wire.RECORD_STATUS: str(status), wire.RECORD_METADATA: json.dumps(meta)}
+    fields = {wire.RECORD_STATUS: str(status), **metadata_fields(meta)}
     if usage is not None:
-        fields[wire.RECORD_USAGE] = json.dumps(usage)
+        fields.update(usage_fields(usage))
     if duration_ms is not None:
         fields[wire.RECORD_LAST_DOWNSTREAM_BYTE_US] = str(duration_ms * 1000)
     return fields

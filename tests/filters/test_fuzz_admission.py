@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import astuple, dataclass, replace
 from typing import Any
 
@@ -404,30 +405,50 @@ usage_members = st.dictionaries(
 )
 
 
+# JSON's number grammar (RFC 8259, section 6).
+_JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
 def _as_envoy_number(value: Any) -> int | None:
     """A member as the record must take it: JSON numbers reach it as doubles (Envoy's
-    json_to_metadata), so a whole number written with a fraction (12.0) counts too."""
+    json_to_metadata), so a whole number written with a fraction (12.0) counts too; Envoy
+    writes a text member as it is, so a text that is a JSON number counts as that number
+    (it cannot be told from one)."""
+    if isinstance(value, str) and _JSON_NUMBER.fullmatch(value) and len(value) <= 32:
+        value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if float(value).is_integer() and 0 <= value <= 10**9:
+    if math.isfinite(value) and float(value).is_integer() and 0 <= value <= 10**9:
         return int(value)
     return None
+
+
+def _as_envoy_writes(value: struct_pb2.Value) -> str:
+    """A metadata value as Envoy's access log writes it (wire.metadata_field): a string as
+    it is, none as "-", anything else as protobuf's JSON."""
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "null_value":
+        return "-"
+    return json_format.MessageToJson(value, indent=None)
 
 
 @given(members=usage_members)
 @FUZZ
 def test_the_record_reads_usage_members_as_the_body_parser_does(members: dict[str, Any]) -> None:
     """For any usage object, the request record's reading of the metadata json_to_metadata
-    writes (formatted by Envoy's access log as JSON) agrees with the body parser's reading
-    of the JSON (up to 12.0 above), and never raises."""
+    writes (formatted by Envoy's access log a key a field) agrees with the body parser's
+    reading of the JSON (up to 12.0 and number text above), and never raises."""
     # JSON has no infinities, so Envoy never writes one.
     assume(all(not isinstance(v, float) or math.isfinite(v) for v in members.values()))
     attributes = {}
     if members:
         namespace = struct_pb2.Struct()
         namespace.update(members)  # JSON values as Envoy's PROTOBUF_VALUE type keeps them
-        # On one line, as Envoy's access log formats it (the record is one field a line).
-        attributes[wire.RECORD_USAGE] = json_format.MessageToJson(namespace, indent=None)
+        for key, value in namespace.fields.items():
+            field = wire.metadata_field(wire.USAGE_METADATA_NAMESPACE, key)
+            attributes[field] = _as_envoy_writes(value)
     seen = decode(log_record(attributes), {})
 
     expected = {k: _as_envoy_number(v) for k, v in members.items()}
@@ -438,7 +459,7 @@ def test_the_record_reads_usage_members_as_the_body_parser_does(members: dict[st
         completion if completion is not None else expected.get("output_tokens")
     )
     # Where JSON has true integers, the body parser reads the same.
-    if all(not isinstance(v, float) for v in members.values()):
+    if all(not isinstance(v, float | str) for v in members.values()):
         parser = JsonUsageParser(1 << 20)
         parser.feed(json.dumps({"usage": members}).encode())
         body = parser.finish()

@@ -5,7 +5,6 @@ gRPC LogsService call."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from sluicegate import wire
 from sluicegate.filters import ExtProcServer
 from sluicegate.filters.admission import AdmissionController, charge_record
 from sluicegate.records import decode
+from sluicegate.testing import metadata_fields, usage_fields
 
 from ..records.helpers import export_of, log_record
 from .admission_helpers import settle, wait_until
@@ -44,9 +44,9 @@ def attributes_of(
         meta[wire.META_RESERVATION] = reservation
     if by_observer:
         meta[wire.META_USAGE_VIA] = wire.USAGE_VIA_OBSERVER
-    attributes = {wire.RECORD_STATUS: str(status), wire.RECORD_METADATA: json.dumps(meta)}
+    attributes = {wire.RECORD_STATUS: str(status), **metadata_fields(meta)}
     if usage is not None:
-        attributes[wire.RECORD_USAGE] = json.dumps(usage)
+        attributes.update(usage_fields(usage))
     return attributes
 
 
@@ -83,13 +83,18 @@ async def test_responses_api_members_count_too(admission: AdmissionController) -
 async def test_members_that_are_not_whole_numbers_in_range_are_not_usage(
     admission: AdmissionController,
 ) -> None:
-    """As the body parser: a string, a fraction, a boolean, a negative or a count above
-    wire.MAX_USAGE_TOKENS is no count, so the estimate stays charged."""
-    for bad in ("12", 12.5, True, -3, 2e9):
+    """As the body parser: a fraction, a boolean, a negative, a count above
+    wire.MAX_USAGE_TOKENS or text that is no number is no count, so the estimate stays
+    charged. (Text that is a number, "12", counts: Envoy writes a text member as it is,
+    so the record cannot tell it from one: docs/metrics.md, "The record".)"""
+    for bad in ("twelve", 12.5, True, -3, 2e9, " 12", "0x0c"):
         await admission.store().reserve(f"r-{bad}", LIMITS, ESTIMATE)
         usage = {"prompt_tokens": bad, "completion_tokens": 1}
         assert await charge(admission, reservation=f"r-{bad}", usage=usage) == "estimate"
     assert reports(admission, "provider") == 0
+    await admission.store().reserve("r-text", LIMITS, ESTIMATE)
+    usage = {"prompt_tokens": "12", "completion_tokens": 1}
+    assert await charge(admission, reservation="r-text", usage=usage) == "provider"
 
 
 async def test_an_answer_without_usage_keeps_the_estimate(admission: AdmissionController) -> None:

@@ -5,7 +5,6 @@ NoteForwarder the ext_proc servers run (docs/fast-lane.md, "The auto lane")."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import grpc
 from opentelemetry.proto.common.v1 import common_pb2
@@ -16,6 +15,7 @@ from sluicegate.filters.server import ExtProcServer
 from sluicegate.lanes import LaneSteering, NoteForwarder, UsageNote
 from sluicegate.lanes.notes import note_body, note_from_fields
 from sluicegate.records import fields_of, logs_handler
+from sluicegate.testing import metadata_fields
 from tests.latency.helpers import Clock
 from tests.records.helpers import log_record, streamed
 
@@ -94,8 +94,8 @@ async def test_the_ext_proc_server_notes_an_auto_tenants_records_for_its_control
     server = ExtProcServer(control_plane="127.0.0.1:1")
     server.load(model)
     notes = server.service.lane_notes
-    auto = log_record(streamed(**{wire.RECORD_METADATA: json.dumps(_meta("acme", True))}))
-    other = log_record(streamed(**{wire.RECORD_METADATA: json.dumps(_meta("fixed", False))}))
+    auto = log_record(streamed(**metadata_fields(_meta("acme", True))))
+    other = log_record(streamed(**metadata_fields(_meta("fixed", False))))
     server.records.on_records([auto, other])
     assert notes.pending == 1
     await notes.close()

@@ -4,7 +4,6 @@ batches."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
@@ -15,6 +14,7 @@ from sluicegate import wire
 from sluicegate.lanes import LaneSteering
 from sluicegate.lanes.notes import note_body, note_of
 from sluicegate.records import decode, log_records
+from sluicegate.testing import metadata_fields, usage_fields
 from tests.latency.helpers import Clock
 
 from .helpers import gateway
@@ -40,8 +40,8 @@ def lane_record(
     fields = {
         wire.RECORD_STATUS: status,
         wire.RECORD_CONTENT_TYPE: content_type,
-        wire.RECORD_METADATA: json.dumps(meta),
-        wire.RECORD_USAGE: "-" if usage is None else json.dumps(usage),
+        **metadata_fields(meta),
+        **usage_fields(usage or {}),
     }
     body = wire.record_body(wire.LANE_LOG_NAME, fields)
     record = decode(logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value=body)), {})

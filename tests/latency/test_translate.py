@@ -63,7 +63,7 @@ def test_the_latency_log_is_there_only_with_a_latency_route() -> None:
     fields = wire.record_fields(latency["body"]["string_value"])
     assert list(fields) == list(wire.LATENCY_LAYOUT)
     assert fields == {key: RECORD_FORMATS[key] for key in wire.LATENCY_LAYOUT}
-    assert wire.RECORD_METADATA not in fields
+    assert set(wire.RECORD_METADATA_FIELDS) & set(fields) == set(wire.RECORD_USAGE_FIELDS)
     assert fields[wire.RECORD_PROVIDER_TTFT_US] == "%COMMON_DURATION(US_TX_BEG:US_RX_BODY_BEG:us)%"
 
 

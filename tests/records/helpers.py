@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +13,7 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from sluicegate import wire
 from sluicegate.config import Config
 from sluicegate.model import Gateway, build_model
+from sluicegate.testing import metadata_fields, usage_fields
 
 MODEL = """
 version: 1
@@ -52,6 +52,19 @@ def log_record(
     return logs_pb2.LogRecord(time_unix_nano=time_unix_nano, body=body)
 
 
+# The metadata of streamed(): what the routing stage wrote.
+STREAMED_META: Mapping[str, object] = {
+    wire.META_TENANT: "acme",
+    wire.META_KEY_NAME: "ci",
+    wire.META_MODEL: "m",
+    wire.META_PRIORITY: "interactive",
+    wire.META_SCENARIO: "default",
+    wire.META_QUEUE_MS: 12.5,
+    wire.META_STREAM: "true",
+    wire.META_RESERVATION: "r-1",
+}
+
+
 def streamed(**overrides: str) -> dict[str, str]:
     """The attributes of a successful stream through route chat to alpha, with usage."""
     attributes = {
@@ -67,19 +80,8 @@ def streamed(**overrides: str) -> dict[str, str]:
         wire.RECORD_FIRST_DOWNSTREAM_BYTE_US: "1600",
         wire.RECORD_LAST_DOWNSTREAM_BYTE_US: "680000",
         wire.RECORD_PROVIDER_TTFT_US: "295000",
-        wire.RECORD_METADATA: json.dumps(
-            {
-                wire.META_TENANT: "acme",
-                wire.META_KEY_NAME: "ci",
-                wire.META_MODEL: "m",
-                wire.META_PRIORITY: "interactive",
-                wire.META_SCENARIO: "default",
-                wire.META_QUEUE_MS: 12.5,
-                wire.META_STREAM: "true",
-                wire.META_RESERVATION: "r-1",
-            }
-        ),
-        wire.RECORD_USAGE: json.dumps({"prompt_tokens": 7.0, "completion_tokens": 20.0}),
+        **metadata_fields(STREAMED_META),
+        **usage_fields({"prompt_tokens": 7, "completion_tokens": 20}),
     }
     attributes.update(overrides)
     return attributes

@@ -6,7 +6,6 @@ ext_proc server's charge) alone: the request is counted and logged at its end.""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +17,7 @@ from xds.type.v3 import typed_struct_pb2
 
 from sluicegate import wire
 from sluicegate.records import RecordSink, RequestRecord, decode
+from sluicegate.testing import metadata_fields, usage_fields
 from sluicegate.xds.translate.record_log import (
     RECORD_FORMATS,
     lane_access_logs,
@@ -45,8 +45,8 @@ def lane_fields(log_type: str = wire.LOG_TYPE_IN_FLIGHT) -> dict[str, str]:
         wire.RECORD_LOG_TYPE: log_type,
         wire.RECORD_STATUS: "0",
         wire.RECORD_CONTENT_TYPE: "-",
-        wire.RECORD_USAGE: "-",
-        wire.RECORD_METADATA: json.dumps(LANE_META),
+        **metadata_fields(LANE_META),
+        **usage_fields({}),
     }
 
 
@@ -79,9 +79,9 @@ def test_a_lane_log_record_sent_while_the_request_runs_decodes_in_flight() -> No
 
 
 def test_the_lane_log_body_is_read_in_its_own_order() -> None:
-    """Written by hand as Envoy sends it (the order of wire.LANE_LAYOUT, the metadata JSON
-    last), not by record_body: a layout that changed on one side only shows here."""
-    meta = json.dumps(LANE_META)
+    """Written by hand as Envoy sends it (the order of wire.LANE_LAYOUT, the metadata a
+    key a line, the model last), not by record_body: a layout that changed on one side
+    only shows here."""
     body = "\n".join(
         (
             wire.LANE_LOG_NAME,
@@ -90,14 +90,20 @@ def test_the_lane_log_body_is_read_in_its_own_order() -> None:
             "200",
             "-",
             "text/event-stream",
-            "-",
-            meta,
+            # tenant, key name, priority, scenario, scenario asked, route, error code
+            *("acme", "ci", "-", "-", "-", "-", "-"),
+            # queue ms, stream, reservation, estimates in and out, usage via, auto lane
+            *("-", "-", "-", "20", "100", "-", "true"),
+            # charged tenant; the usage: prompt, completion, input, output, content events
+            *("acme", "-", "-", "-", "-", "-"),
+            "m",
         )
     )
     record = decode(body_record(body), {})
     assert record.in_flight and record.stream_id == STREAM_ID
     assert (record.status, record.stream, record.tenant) == (200, True, "acme")
-    assert record.auto_lane and record.fast_lane
+    assert record.auto_lane and record.fast_lane and record.model == "m"
+    assert (record.key_name, record.estimate_input, record.estimate_output) == ("ci", 20, 100)
 
 
 def test_the_record_log_s_end_record_carries_its_stream_id() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import yaml
 
@@ -11,6 +10,7 @@ from sluicegate import wire
 from sluicegate.config import Config
 from sluicegate.model import build_model
 from sluicegate.records import LABELS, NONE, OTHER, Declared, decode
+from sluicegate.testing import metadata_fields
 
 from .helpers import MODEL, gateway, log_record, streamed
 
@@ -37,20 +37,20 @@ def test_a_declared_record_keeps_its_names() -> None:
 
 def test_undeclared_names_are_other_and_missing_ones_none() -> None:
     declared = Declared.from_gateway(gateway())
-    meta = json.dumps({
+    meta = metadata_fields({
         wire.META_MODEL: "made-up-model", wire.META_TENANT: "ghost",
         wire.META_PRIORITY: "urgent!", wire.META_SCENARIO: "not-declared",
     })  # fmt: skip
     record = decode(
-        log_record(streamed(**{wire.RECORD_METADATA: meta, wire.RECORD_ROUTE: "not-found",
+        log_record(streamed(**{**meta, wire.RECORD_ROUTE: "not-found",
                                wire.RECORD_PROVIDER: "-"})),
         declared.model_maps,
     )  # fmt: skip
     assert declared.labels(record) == (OTHER, NONE, OTHER, OTHER, OTHER, OTHER)
     empty = decode(log_record({}), declared.model_maps)
     assert declared.labels(empty) == (NONE,) * 6
-    unresolved = json.dumps({wire.META_PRIORITY: "none"})  # a refusal before the class
-    record = decode(log_record(streamed(**{wire.RECORD_METADATA: unresolved})), {})
+    unresolved = metadata_fields({wire.META_PRIORITY: "none"})  # a refusal before the class
+    record = decode(log_record(streamed(**unresolved)), {})
     assert declared.labels(record)[4] == NONE
 
 
@@ -76,7 +76,7 @@ def test_a_request_envoy_routed_alone_has_its_clients_scenario_else_its_routes()
     declared = Declared.from_gateway(gateway(scenarios=["chat", "long"]))
 
     def scenario(meta: dict[str, str], route: str = "chat") -> str:
-        fields = streamed(**{wire.RECORD_METADATA: json.dumps(meta), wire.RECORD_ROUTE: route})
+        fields = streamed(**{**metadata_fields(meta), wire.RECORD_ROUTE: route})
         record = decode(log_record(fields), declared.model_maps, declared.record_defaults)
         assert declared.labels(record)[5] == (record.scenario or NONE)
         return record.scenario
@@ -98,7 +98,7 @@ def test_without_tenants_a_request_envoy_routed_is_the_anonymous_tenants() -> No
     declared = Declared.from_gateway(build_model(Config.model_validate(document), {}))
 
     def names(route: str, meta: dict[str, str]) -> tuple[str, str]:
-        fields = streamed(**{wire.RECORD_METADATA: json.dumps(meta), wire.RECORD_ROUTE: route})
+        fields = streamed(**{**metadata_fields(meta), wire.RECORD_ROUTE: route})
         record = decode(log_record(fields), declared.model_maps, declared.record_defaults)
         return record.tenant, record.priority
 
@@ -112,6 +112,6 @@ def test_without_tenants_a_request_envoy_routed_is_the_anonymous_tenants() -> No
     assert names(wire.NOT_FOUND_ROUTE, refused) == ("anonymous", "none")
     # With tenants, what the model reader names stands and nothing else is made up.
     with_tenants = Declared.from_gateway(gateway())
-    fields = streamed(**{wire.RECORD_METADATA: json.dumps({wire.META_MODEL: "m"})})
+    fields = streamed(**metadata_fields({wire.META_MODEL: "m"}))
     record = decode(log_record(fields), with_tenants.model_maps, with_tenants.record_defaults)
     assert (record.tenant, record.priority) == ("", "")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -19,8 +18,9 @@ from sluicegate.records import (
     decode,
     time_per_output_token,
 )
+from sluicegate.testing import metadata_fields
 
-from .helpers import export_of, gateway, log_record, streamed
+from .helpers import STREAMED_META, export_of, gateway, log_record, streamed
 
 MAPS = Declared.from_gateway(gateway()).model_maps
 LABELS = {"route": "chat", "provider": "alpha", "model": "m", "tenant": "acme",
@@ -130,9 +130,8 @@ def test_reload_relabels_later_records() -> None:
 
 def test_no_key_in_the_exposition() -> None:
     sink, registry = _sink()
-    meta = json.loads(streamed()[wire.RECORD_METADATA])
-    meta[wire.META_KEY_NAME] = "key-name-secretish"
-    sink.on_export(export_of(log_record(streamed(**{wire.RECORD_METADATA: json.dumps(meta)}))))
+    meta = {**STREAMED_META, wire.META_KEY_NAME: "key-name-secretish"}
+    sink.on_export(export_of(log_record(streamed(**metadata_fields(meta)))))
     text = generate_latest(registry).decode()
     assert "key-name-secretish" not in text
     assert "gen_ai_server_request_duration_seconds_bucket" in text

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import string
 
 import pytest
@@ -22,9 +21,10 @@ from sluicegate.local_replies import (
 )
 from sluicegate.records import Declared, decode
 from sluicegate.records.record import CLIENT_CLOSED, MAX_TEXT, error_code, status_class
+from sluicegate.testing import metadata_fields, usage_fields
 from sluicegate.xds.translate.listeners import local_reply_config
 
-from .helpers import gateway, log_record, streamed
+from .helpers import STREAMED_META, gateway, log_record, streamed
 
 MAPS = Declared.from_gateway(gateway()).model_maps
 KEYS = [
@@ -69,7 +69,6 @@ def test_a_refused_request_has_no_provider_timings_or_usage() -> None:
         wire.RECORD_CONTENT_TYPE: "application/json",
         wire.RECORD_FIRST_UPSTREAM_BYTE_US: "-", wire.RECORD_FIRST_UPSTREAM_BODY_US: "-",
         wire.RECORD_FIRST_DOWNSTREAM_BYTE_US: "3314", wire.RECORD_LAST_DOWNSTREAM_BYTE_US: "3342",
-        wire.RECORD_METADATA: "-", wire.RECORD_USAGE: "-",
     }  # fmt: skip
     record = decode(log_record(attributes), MAPS)
     # A refused key without a tenant in the metadata (Envoy's key check refuses before
@@ -119,10 +118,8 @@ def test_huge_values_stay_in_range() -> None:
             streamed(**{
                 wire.RECORD_STATUS: "99999",
                 wire.RECORD_LAST_DOWNSTREAM_BYTE_US: "999999999999999",
-                wire.RECORD_USAGE: json.dumps({"prompt_tokens": 1e300,
-                                               "completion_tokens": 2**60}),
-                wire.RECORD_METADATA: json.dumps({wire.META_QUEUE_MS: 1e308,
-                                                  wire.META_MODEL: "x" * 10_000}),
+                **usage_fields({"prompt_tokens": 1e300, "completion_tokens": 2**60}),
+                **metadata_fields({wire.META_QUEUE_MS: 1e308, wire.META_MODEL: "x" * 10_000}),
             })
         ),
         MAPS,
@@ -135,47 +132,48 @@ def test_huge_values_stay_in_range() -> None:
 
 
 def test_odd_metadata_and_usage_are_ignored() -> None:
-    for meta, usage in [
-        ("not json", "{"),
-        ("[1, 2]", "null"),
-        (
-            '{"tenant": 5, "model": null, "stream": "yes", "queue_ms": "abc"}',
-            '{"prompt_tokens": true}',
-        ),
-        ('{"queue_ms": -1}', '{"prompt_tokens": -3, "completion_tokens": 2.5}'),
-        ('{"queue_ms": NaN}', '{"prompt_tokens": Infinity}'),
-        ("[" * 100_000, "{" * 100_000),
+    """Each value as Envoy would write text a filter put there, or garbage."""
+    queue = wire.metadata_field(wire.METADATA_NAMESPACE, wire.META_QUEUE_MS)
+    stream = wire.metadata_field(wire.METADATA_NAMESPACE, wire.META_STREAM)
+    prompt = wire.metadata_field(wire.USAGE_METADATA_NAMESPACE, "prompt_tokens")
+    completion = wire.metadata_field(wire.USAGE_METADATA_NAMESPACE, "completion_tokens")
+    for queue_ms, tokens in [
+        ("abc", "true"),
+        ("-1", "-3"),
+        ("NaN", "Infinity"),
+        ("inf", "1e"),
+        (" 5", "2.5"),
+        ("1_000", "0x10"),
+        ("[" * 100_000, "9" * 100_000),
+        ('{"x":1}', "[7]"),
     ]:
-        record = decode(
-            log_record(streamed(**{wire.RECORD_METADATA: meta, wire.RECORD_USAGE: usage})), MAPS
-        )
-        assert record.tenant == "" and record.model == "" and record.queue_s is None, meta
-        assert record.input_tokens is None and record.output_tokens is None, usage
+        fields = streamed(**{queue: queue_ms, prompt: tokens, completion: tokens, stream: "yes"})
+        record = decode(log_record({**fields, wire.RECORD_CONTENT_TYPE: "-"}), MAPS)
+        assert record.queue_s is None, queue_ms
+        assert record.input_tokens is None and record.output_tokens is None, tokens
+        assert record.stream is False
 
 
 def test_usage_members_of_the_responses_api_count_too() -> None:
-    usage = json.dumps({"input_tokens": 3, "output_tokens": 4})
-    record = decode(log_record(streamed(**{wire.RECORD_USAGE: usage})), MAPS)
+    usage = usage_fields({"input_tokens": 3, "output_tokens": 4})
+    record = decode(log_record(streamed(**usage)), MAPS)
     assert (record.input_tokens, record.output_tokens) == (3, 4)
 
 
 def test_queue_ms_may_be_text() -> None:
-    meta = json.dumps({wire.META_QUEUE_MS: "250"})
-    assert decode(log_record(streamed(**{wire.RECORD_METADATA: meta})), MAPS).queue_s == 0.25
+    meta = metadata_fields({wire.META_QUEUE_MS: "250"})
+    assert decode(log_record(streamed(**meta)), MAPS).queue_s == 0.25
 
 
 def test_without_the_stream_key_an_event_stream_answer_is_a_stream() -> None:
-    meta = json.dumps({wire.META_MODEL: "m"})
-    sse = decode(log_record(streamed(**{wire.RECORD_METADATA: meta})), MAPS)
+    meta = metadata_fields({wire.META_MODEL: "m"})
+    sse = decode(log_record(streamed(**meta)), MAPS)
     json_answer = decode(
-        log_record(
-            streamed(**{wire.RECORD_METADATA: meta, wire.RECORD_CONTENT_TYPE: "application/json"})
-        ),
-        MAPS,
+        log_record(streamed(**{**meta, wire.RECORD_CONTENT_TYPE: "application/json"})), MAPS
     )
     assert sse.stream is True and json_answer.stream is False
-    said_no = json.dumps({wire.META_STREAM: "false"})
-    assert decode(log_record(streamed(**{wire.RECORD_METADATA: said_no})), MAPS).stream is False
+    said_no = metadata_fields({wire.META_STREAM: False})
+    assert decode(log_record(streamed(**said_no)), MAPS).stream is False
 
 
 def test_status_classes() -> None:
@@ -302,11 +300,8 @@ def test_decode_never_raises(attributes: dict[str, str], start: int) -> None:
 def test_a_request_refused_after_routing_is_its_model_route_s() -> None:
     """Envoy's route for a request the routing stage refused is not the model's (a
     fallback); the stage names the model route in the metadata (wire.META_ROUTE)."""
-    meta = json.loads(streamed()[wire.RECORD_METADATA])
-    meta[wire.META_ROUTE] = "chat"
-    attributes = streamed(
-        **{wire.RECORD_ROUTE: "fallback-v1", wire.RECORD_METADATA: json.dumps(meta)}
-    )
+    meta = metadata_fields({**STREAMED_META, wire.META_ROUTE: "chat"})
+    attributes = streamed(**{wire.RECORD_ROUTE: "fallback-v1", **meta})
     assert decode(log_record(attributes), {}).route == "chat"
     assert decode(log_record(streamed(**{wire.RECORD_ROUTE: "x"})), {}).route == "x"
 
@@ -316,11 +311,22 @@ def test_the_record_body_is_the_log_name_then_one_field_a_line() -> None:
     body = wire.record_body(wire.RECORD_LOG_NAME, fields)
     assert body.split("\n")[0] == wire.RECORD_LOG_NAME
     assert wire.record_fields(body) == {key: fields.get(key, "-") for key in wire.RECORD_LAYOUT}
-    # The metadata, last, keeps whatever it holds; the fields before it stay in place.
-    odd = {**fields, wire.RECORD_METADATA: '{"model": "a\nb"}'}
+    # The model, last, keeps whatever it holds; the fields before it stay in place.
+    model = wire.metadata_field(wire.METADATA_NAMESPACE, wire.META_MODEL)
+    assert wire.RECORD_LAYOUT[-1] == model
+    odd = {**fields, model: "a\nb"}
     parsed = wire.record_fields(wire.record_body(wire.RECORD_LOG_NAME, odd))
-    assert parsed[wire.RECORD_METADATA] == '{"model": "a\nb"}'
-    assert parsed[wire.RECORD_STATUS] == fields[wire.RECORD_STATUS]
+    assert parsed[model] == "a\nb"
+    assert {key: parsed[key] for key in wire.RECORD_LAYOUT[:-1]} == {
+        key: fields.get(key, "-") for key in wire.RECORD_LAYOUT[:-1]
+    }
+    # A provider's usage member as text with a newline garbles that request's usage and
+    # model only: who the request was (its tenant, reservation, estimate) stays.
+    prompt = wire.metadata_field(wire.USAGE_METADATA_NAMESPACE, "prompt_tokens")
+    garbled = decode(log_record({**fields, prompt: "1\n2\n3"}), MAPS)
+    whole = decode(log_record(fields), MAPS)
+    kept = ("tenant", "key_name", "reservation", "estimate_input", "queue_s", "status", "route")
+    assert all(getattr(garbled, name) == getattr(whole, name) for name in kept)
     # A body of no known log (another logger, an older layout's name) has no fields;
     # a short one has its first fields only.
     assert wire.record_fields("sluicegate-record\n200") == {}  # the layout before 2

@@ -55,5 +55,10 @@ def test_the_record_carries_the_time_to_first_token_as_the_first_body_byte() -> 
     assert attributes[wire.RECORD_FIRST_UPSTREAM_BODY_US] == (
         "%COMMON_DURATION(DS_RX_BEG:US_RX_BODY_BEG:us)%"
     )
-    assert attributes[wire.RECORD_METADATA] == f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE})%"
-    assert attributes[wire.RECORD_USAGE] == (f"%DYNAMIC_METADATA({wire.USAGE_METADATA_NAMESPACE})%")
+    # The metadata a key a field, never a whole namespace as JSON (wire.metadata_field).
+    tenant = wire.metadata_field(wire.METADATA_NAMESPACE, wire.META_TENANT)
+    assert attributes[tenant] == "%DYNAMIC_METADATA(sluicegate:tenant)%"
+    prompt = wire.metadata_field(wire.USAGE_METADATA_NAMESPACE, "prompt_tokens")
+    assert attributes[prompt] == "%DYNAMIC_METADATA(sluicegate.usage:prompt_tokens)%"
+    for namespace in (wire.METADATA_NAMESPACE, wire.USAGE_METADATA_NAMESPACE):
+        assert not any(f"({namespace})" in value for value in attributes.values())

@@ -88,11 +88,11 @@ RECORD_FORMATS: Final = {
     wire.RECORD_FIRST_UPSTREAM_BODY_US: _since_start_us("US_RX_BODY_BEG"),
     wire.RECORD_FIRST_DOWNSTREAM_BYTE_US: _since_start_us("DS_TX_BEG"),
     wire.RECORD_LAST_DOWNSTREAM_BYTE_US: _since_start_us("DS_TX_END"),
-    wire.RECORD_METADATA: f"%DYNAMIC_METADATA({wire.METADATA_NAMESPACE})%",
-    wire.RECORD_USAGE: f"%DYNAMIC_METADATA({wire.USAGE_METADATA_NAMESPACE})%",
     # The answering provider's own time to first token: neither the gateway's queue nor
     # an earlier attempt on another provider counts in it.
     wire.RECORD_PROVIDER_TTFT_US: _between_us("US_TX_BEG", "US_RX_BODY_BEG"),
+    # Each metadata key the record reads, as its value's text (wire.metadata_field).
+    **{field: f"%DYNAMIC_METADATA({field})%" for field in wire.RECORD_METADATA_FIELDS},
 }
 
 
