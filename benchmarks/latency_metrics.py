@@ -529,7 +529,7 @@ def _log_record() -> Any:
         "ratelimit_limit_requests": "600", "ratelimit_remaining_requests": "599",
         "ratelimit_reset_requests": "1m0s", "ratelimit_limit_tokens": "100000",
         "ratelimit_remaining_tokens": "98967", "ratelimit_reset_tokens": "1m0s",
-        wire.META_USAGE_INJECTED: "true",
+        wire.META_USAGE_INJECTED: wire.USAGE_INJECTED_TRUE,
     }  # fmt: skip
     usage = {"completion_tokens": 20, "prompt_tokens": 2, wire.USAGE_CONTENT_EVENTS: 20}
     attributes = {

@@ -249,7 +249,7 @@ def _arms() -> dict[str, Arm]:
     # A stream of a routing-only route (no reservation): Lua reads no chunk.
     unreserved = {k: v for k, v in METADATA.items() if k != wire.META_RESERVATION}
     # A reserved stream whose usage event the gateway asked for: Lua counts and cuts.
-    cut = {**METADATA, wire.META_USAGE_INJECTED: "true"}
+    cut = {**METADATA, wire.META_USAGE_INJECTED: wire.USAGE_INJECTED_TRUE}
     return {
         "base": Arm(),
         "record log, as translated": Arm(logs=lambda: [_record_log()], usage=USAGE),

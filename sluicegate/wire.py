@@ -190,10 +190,11 @@ IN_FLIGHT_FLUSH_MS: Final = 500
 # (docs/admission.md, "Reserve, then reconcile").
 META_USAGE_VIA: Final = "usage_via"
 USAGE_VIA_OBSERVER: Final = "observer"
-# Set ("true") on a stream whose body the routing stage gave `stream_options.include_usage`
-# the client did not ask for: Envoy's stream usage filter cuts the usage event out of what
-# the client receives (xds/translate/stream_usage.py).
+# Set (USAGE_INJECTED_TRUE) on a stream whose body the routing stage gave
+# `stream_options.include_usage` the client did not ask for: Envoy's stream usage filter
+# cuts the usage event out of what the client receives (xds/translate/stream_usage.py).
 META_USAGE_INJECTED: Final = "usage_injected"
+USAGE_INJECTED_TRUE: Final = "true"
 # Set by the routing stage (in the fast lane, by Envoy's model reader) on every request it
 # routes: who reads the usage.
 # USAGE_BY_LOG: a small JSON answer (json_to_metadata reads its usage); USAGE_BY_STREAM: an
@@ -265,13 +266,14 @@ def metadata_field(namespace: str, key: str) -> str:
 
 
 # The request's dynamic metadata the record reads, one field a key. Not each namespace as
-# one JSON object: Envoy's JSON printer cost its worker about 30 µs a request, before the
-# response's last bytes leave (benchmarks/RESULTS.md, "The record's metadata, key by key").
+# one JSON object: Envoy's JSON printer cost its worker 2 to 11 µs a request more, before
+# the response's last bytes leave (benchmarks/RESULTS.md, "The record's metadata, key by
+# key").
 # The model comes last: it is the only value holding client text (an unrouted model may
 # hold a newline), and a split that stops before it leaves whatever it holds in it. The
 # usage members come just before it: a provider may send one as text, with a newline,
 # which can then garble only that request's usage (the provider's own word anyway) and
-# model.
+# model (which the record then drops: records/record.py).
 RECORD_USAGE_FIELDS: Final = tuple(
     metadata_field(USAGE_METADATA_NAMESPACE, key) for key in (*USAGE_MEMBERS, USAGE_CONTENT_EVENTS)
 )

@@ -44,7 +44,7 @@ READER_ANSWERS: Final = {
     for reader in wire.USAGE_READERS
 }
 # The record's entry that tells the stream usage filter to cut the usage event.
-INJECTED_FIELD: Final = metadata_field(wire.META_USAGE_INJECTED, "true")
+INJECTED_FIELD: Final = metadata_field(wire.META_USAGE_INJECTED, wire.USAGE_INJECTED_TRUE)
 
 
 def endpoint(path: str | None) -> str:

@@ -145,9 +145,17 @@ def _meta_text(meta: Mapping[str, str], key: str) -> str:
     return _text(meta.get(key))
 
 
+def _model(meta: Mapping[str, str]) -> str:
+    """The model as the client asked; "" for one holding a newline: no route serves such a
+    model, and a provider's usage member as text with a newline leaves its tail here
+    (wire.RECORD_METADATA_FIELDS), which must not become a model's label."""
+    model = _meta_text(meta, wire.META_MODEL)
+    return "" if "\n" in model else model
+
+
 def _tokens(usage: Mapping[str, str], *keys: str) -> int | None:
     """The first member that is a whole count up to wire.MAX_USAGE_TOKENS, as the body
-    parser takes them (JSON numbers come as doubles: 20.0)."""
+    parser takes them (Envoy keeps a JSON number as a double and may write one as 20.0)."""
     for key in keys:
         value = _number(usage.get(key))
         if value is not None and value == int(value) and 0 <= value <= wire.MAX_USAGE_TOKENS:
@@ -211,8 +219,9 @@ def log_name(log_record: Any) -> str:
 def fields_of(log_record: Any) -> dict[str, str]:
     """The record's fields by key, from its body (wire.record_fields). A record without a
     body comes from an Envoy still on the config from before the body (an upgrade under
-    way: a replica or sidecar whose control plane is older or newer): its attributes,
-    named by the same keys, so no record is lost meanwhile."""
+    way: a replica or sidecar whose control plane is older or newer): its attributes, of
+    which those named as today's fields are read (its route, provider, status, timings),
+    so the record is not lost meanwhile; its metadata, sent as JSON then, is not."""
     body = log_record.body.string_value
     if body:
         return wire.record_fields(body)
@@ -263,7 +272,7 @@ def decode(
     meta = _metadata(attrs, _META_KEYS)
     usage = _metadata(attrs, _USAGE_KEYS)
     provider = _text(attrs.get(wire.RECORD_PROVIDER))
-    model = _meta_text(meta, wire.META_MODEL)
+    model = _model(meta)
     status = _count(attrs.get(wire.RECORD_STATUS)) or 0
     if status > 999:
         status = 0

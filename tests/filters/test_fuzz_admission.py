@@ -442,6 +442,9 @@ def test_the_record_reads_usage_members_as_the_body_parser_does(members: dict[st
     reading of the JSON (up to 12.0 and number text above), and never raises."""
     # JSON has no infinities, so Envoy never writes one.
     assume(all(not isinstance(v, float) or math.isfinite(v) for v in members.values()))
+    # Text with a newline shifts the fields after it (docs/metrics.md, "The record"):
+    # what it can garble is pinned by test_record.py.
+    assume(all(not isinstance(v, str) or "\n" not in v for v in members.values()))
     attributes = {}
     if members:
         namespace = struct_pb2.Struct()

@@ -327,6 +327,10 @@ def test_the_record_body_is_the_log_name_then_one_field_a_line() -> None:
     whole = decode(log_record(fields), MAPS)
     kept = ("tenant", "key_name", "reservation", "estimate_input", "queue_s", "status", "route")
     assert all(getattr(garbled, name) == getattr(whole, name) for name in kept)
+    # The model is none then (a label or charge must not take the provider's text), as it
+    # is for a client's model with a newline.
+    assert (whole.model, garbled.model) == ("m", "")
+    assert decode(log_record(odd), MAPS).model == ""
     # A body of no known log (another logger, an older layout's name) has no fields;
     # a short one has its first fields only.
     assert wire.record_fields("sluicegate-record\n200") == {}  # the layout before 2
@@ -339,8 +343,9 @@ def test_the_record_body_is_the_log_name_then_one_field_a_line() -> None:
 
 
 def test_a_record_sent_as_attributes_still_decodes() -> None:
-    """An Envoy on the config from before the body (an upgrade under way) sends the same
-    fields as attributes: they are read, not lost."""
+    """An Envoy on the config from before the body (an upgrade under way) sends its fields
+    as attributes: those named as today's are read, not lost (its metadata was JSON
+    then, and is not read)."""
     from opentelemetry.proto.common.v1 import common_pb2
     from opentelemetry.proto.logs.v1 import logs_pb2
 

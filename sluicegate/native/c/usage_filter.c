@@ -25,11 +25,11 @@
 
 enum {
   K_USAGE_HEADER, K_BY_LOG, K_BY_STREAM, K_BY_CHUNKS, K_BY_NOBODY, K_NAMESPACE, K_INJECTED,
-  K_RESERVATION, K_USAGE_NAMESPACE, K_COUNT_KEY, K_MEMBERS, K_COUNT
+  K_INJECTED_VALUE, K_RESERVATION, K_USAGE_NAMESPACE, K_COUNT_KEY, K_MEMBERS, K_COUNT
 };
 static const char *const KEYS[K_COUNT] = {
     "usage_header", "by_log", "by_stream", "by_chunks", "by_nobody", "namespace", "injected",
-    "reservation", "usage_namespace", "count_key", "members",
+    "injected_value", "reservation", "usage_namespace", "count_key", "members",
 };
 
 typedef struct {
@@ -232,8 +232,9 @@ static void write_usage(filter_t *f, sg_filter_envoy envoy) {
 static int chunk_flags(filter_t *f, sg_filter_envoy envoy) {
   sg_envoy_buffer value = {NULL, 0};
   int flags = 0;
-  if (metadata_string(f, envoy, K_INJECTED, &value) && value.length == 4 &&
-      memcmp(value.ptr, "true", 4) == 0)
+  sg_module_buffer cut = setting(f->config, K_INJECTED_VALUE);
+  if (metadata_string(f, envoy, K_INJECTED, &value) && value.length == cut.length &&
+      memcmp(value.ptr, cut.ptr, cut.length) == 0)
     flags |= SG_CUT;
   if (metadata_string(f, envoy, K_RESERVATION, &value)) flags |= SG_COUNT;
   return flags;

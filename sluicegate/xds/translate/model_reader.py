@@ -448,7 +448,7 @@ function envoy_on_request(handle)
     local at = find(text, "{{", 1, true)
     text = sub(text, 1, at) .. '{wire.INCLUDE_USAGE_MEMBER}' .. sub(text, at + 1)
     body:setBytes(text)  -- which sets content-length to the new length
-    meta:set(NAMESPACE, "{wire.META_USAGE_INJECTED}", "true")
+    meta:set(NAMESPACE, "{wire.META_USAGE_INJECTED}", "{wire.USAGE_INJECTED_TRUE}")
     headers:replace("{wire.USAGE_HEADER}", "{wire.USAGE_BY_STREAM_CHUNKS}")
   else
     headers:replace("{wire.USAGE_HEADER}", reader(path, found, stream, allowed))

@@ -53,6 +53,7 @@ def usage_reader_config() -> str:
         "by_nobody": ",".join(sorted(set(wire.USAGE_READERS) - set(_READ_HERE))),
         "namespace": wire.METADATA_NAMESPACE,
         "injected": wire.META_USAGE_INJECTED,
+        "injected_value": wire.USAGE_INJECTED_TRUE,
         "reservation": wire.META_RESERVATION,
         "usage_namespace": wire.USAGE_METADATA_NAMESPACE,
         "count_key": wire.USAGE_CONTENT_EVENTS,

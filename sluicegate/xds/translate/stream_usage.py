@@ -153,7 +153,7 @@ function envoy_on_response(handle)
   end
   local facts = handle:streamInfo():dynamicMetadata():get("{wire.METADATA_NAMESPACE}")
   if facts == nil then return end
-  local cut = facts["{wire.META_USAGE_INJECTED}"] == "true"
+  local cut = facts["{wire.META_USAGE_INJECTED}"] == "{wire.USAGE_INJECTED_TRUE}"
   -- Only a reservation needs the count: a stream cut before its usage event is charged
   -- by it (0 until a text event comes). Without one, and nothing to cut, no chunk is read.
   local counts = facts["{wire.META_RESERVATION}"] ~= nil

@@ -92,11 +92,13 @@ def _only_for(
 def _usage_to_metadata() -> any_pb2.Any:
     """`usage.<member>` of a JSON response body into wire.USAGE_METADATA_NAMESPACE.
 
-    Values keep their JSON type (PROTOBUF_VALUE): the ext_proc side takes only whole
-    numbers in range, as it does when it parses a body itself. Bodies of a JSON media type
-    with any parameters (`application/json; charset=utf-8` is aiohttp's default) or none
-    are read, as the observer reads them; others pass untouched, unbuffered. (The filter's
-    default, the exact string `application/json`, charged such answers their estimate.)
+    Values keep their JSON type (PROTOBUF_VALUE): the record takes only whole numbers in
+    range, as the ext_proc side does when it parses a body itself, except that it cannot
+    tell a number sent as text ("12") from the number (docs/metrics.md, "The record").
+    Bodies of a JSON media type with any parameters (`application/json; charset=utf-8`
+    is aiohttp's default) or none are read, as the observer reads them; others pass
+    untouched, unbuffered. (The filter's default, the exact string `application/json`,
+    charged such answers their estimate.)
     """
     rules = [
         json_to_metadata_pb2.JsonToMetadata.Rule(
