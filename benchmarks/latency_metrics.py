@@ -26,7 +26,9 @@ parses a JSON answer), "on" without the record access log and "on" without the s
 usage readers (the Lua filter and sse_to_metadata), to see which part a JSON answer's and
 a stream's added latency comes from. `--cost --native` adds "on" with sluicegate's native
 usage reader (sluicegate.native, built with gcc) in place of Envoy's three readers (and
-with --split, that gateway without the record access log too).
+with --split, that gateway without the record access log too). `--cost --pin` puts every
+Envoy thread on core 0 and the Python processes (this client, the mock, the ext_proc
+server) on core 1, as a gateway's machine is apart from its clients and providers.
 
 `--decode-only`: CPU time (process time) per record to decode it, and to decode and
 count it, over batches of 100 records like the ones Envoy sends.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -87,7 +90,7 @@ from sluicegate.xds.translate.usage import (
 
 from .harness.cli import benchmark_parser
 from .harness.ext_proc_child import ExtProcChild
-from .harness.processes import stop_tree, wait_listening
+from .harness.processes import ENVOY_CORE, LOAD_CORE, pin, stop_tree, wait_listening
 from .harness.stack import MockProvider
 from .harness.stats import median, percentile
 
@@ -289,32 +292,36 @@ async def _sequential_in_turn(
 
 async def _streams_in_turn(
     session: aiohttp.ClientSession, urls: dict[str, str], turns: int, ask_usage: bool = False
-) -> dict[str, list[tuple[float, float]]]:
-    """(TTFT, E2E) in seconds of streams one at a time, the gateways in turn as in
+) -> dict[str, list[tuple[float, float, float]]]:
+    """(TTFT, E2E, tail) in seconds of streams one at a time, the gateways in turn as in
     _sequential_in_turn. Clients that do not ask for usage (the SDKs' default), so "on"
     asks for it and cuts it out, unless `ask_usage`. TTFT: to the first event with
-    content."""
+    content; tail: from the last event with content to the stream's end (the usage event,
+    `[DONE]` and what the gateway does at the end), which the mock's pacing of the tokens
+    before it does not blur."""
     document: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
                                 "max_tokens": 16, "stream": True}  # fmt: skip
     if ask_usage:
         document["stream_options"] = {"include_usage": True}
     body = json.dumps(document).encode()
     headers = {"content-type": "application/json", **QUICK_STREAM}
-    found: dict[str, list[tuple[float, float]]] = {name: [] for name in urls}
+    found: dict[str, list[tuple[float, float, float]]] = {name: [] for name in urls}
     names = list(urls)
     for index in range(turns):
         for name in names[index % len(names) :] + names[: index % len(names)]:
             started = time.perf_counter()
-            first = None
+            first = last = None
             async with session.post(urls[name], data=body, headers=headers) as response:
                 if response.status != 200:
                     raise RuntimeError(f"{urls[name]}: HTTP {response.status}")
                 async for line in response.content:
-                    if first is None and line.startswith(b"data:") and b'"content"' in line:
-                        first = time.perf_counter()
-            if first is None:
+                    if line.startswith(b"data:") and b'"content"' in line:
+                        last = time.perf_counter()
+                        first = first or last
+            ended = time.perf_counter()
+            if first is None or last is None:
                 raise RuntimeError(f"{urls[name]}: a stream without content")
-            found[name].append((first - started, time.perf_counter() - started))
+            found[name].append((first - started, ended - started, ended - last))
     return found
 
 
@@ -351,9 +358,9 @@ async def _measure_cost(
     """Per round and gateway: p50 latency at concurrency 1 (the gateways in turn), p50
     TTFT and E2E of streams at concurrency 1 (in turn too) and TPOT p50 (every gateway's
     streams at the same time)."""
+    streamed_figures = ("ttft", "e2e", "tail", "ttft asked", "e2e asked", "tail asked")
     figures: Figures = {
-        figure: {name: [] for name in urls}
-        for figure in ("p50", "ttft", "e2e", "ttft asked", "e2e asked", "tpot")
+        figure: {name: [] for name in urls} for figure in ("p50", *streamed_figures, "tpot")
     }
     p50s, tpots = figures["p50"], figures["tpot"]
     connector = aiohttp.TCPConnector(limit=len(urls) * STREAM_CLIENTS)
@@ -371,10 +378,10 @@ async def _measure_cost(
             )
             for name, found in zip(urls, streams, strict=True):
                 p50s[name].append(percentile(latencies[name], 50))
-                figures["ttft"][name].append(percentile([t for t, _ in streamed[name]], 50))
-                figures["e2e"][name].append(percentile([e for _, e in streamed[name]], 50))
-                figures["ttft asked"][name].append(percentile([t for t, _ in asked[name]], 50))
-                figures["e2e asked"][name].append(percentile([e for _, e in asked[name]], 50))
+                for suffix, found_streams in (("", streamed[name]), (" asked", asked[name])):
+                    for column, figure in enumerate(("ttft", "e2e", "tail")):
+                        values = [stream[column] for stream in found_streams]
+                        figures[figure + suffix][name].append(percentile(values, 50))
                 tpots[name].append(percentile(found, 50))
             print(
                 f"round {index + 1}: "
@@ -421,7 +428,13 @@ def _resources(gateway: Gateway, arm: Arm) -> Any:
 
 
 def _cost(
-    rounds: int, sequential: int, per_client: int, split: bool, lane: str, native: bool = False
+    rounds: int,
+    sequential: int,
+    per_client: int,
+    split: bool,
+    lane: str,
+    native: bool = False,
+    pinned: bool = False,
 ) -> str:
     work = Path(tempfile.mkdtemp(prefix="latency-metrics-cost-"))
     arms = {**COST_ARMS, **(NATIVE_ARMS if native else {}), **(SPLIT_ARMS if split else {})}
@@ -441,7 +454,12 @@ def _cost(
                 envoy = EnvoyProcess(bootstrap, work_dir=work / f"envoy-{index}", concurrency=1)
                 envoys.append(envoy)
                 envoy.start_blocking()
+                if pinned and envoy.pid is not None:
+                    pin(envoy.pid, ENVOY_CORE)
             mock.wait_ready()
+            if pinned:
+                for pid in (os.getpid(), ext_proc.pid, mock.process.pid):
+                    pin(pid, int(LOAD_CORE))
             for port in ports:
                 wait_listening(port, 30.0)
             urls = {name: f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -467,13 +485,18 @@ def _cost(
         return f"{median(values) * 1e3:+.3f}"
 
     routed_by = "the routing stage" if lane == "exact" else "Envoy alone, no routing stage"
+    placed = (
+        "; every Envoy thread on core 0, the client, the mock and the ext_proc server on core 1"
+        if pinned
+        else ""
+    )
     lines = [
         f"`lane: {lane}` (routed by {routed_by}); {rounds} rounds; per round and gateway "
         f"{sequential} non-streamed requests and "
         f"{sequential // 2} short streams (16 tokens, 1 ms apart; the client not asking for "
         "usage) at concurrency 1, the gateways in turn request by request (the order "
         f"rotating), then {STREAM_CLIENTS} x {per_client} streams ({COST_STREAM_TOKENS} "
-        "tokens, ITL 10 ms) through each, every gateway at the same time",
+        f"tokens, ITL 10 ms) through each, every gateway at the same time{placed}",
         "",
         "| gateway | JSON p50 ms (c=1) | added | stream TTFT p50 ms (c=1) | added | "
         "stream E2E p50 ms (c=1) | added | E2E, usage asked | added | TPOT p50 ms | TPOT x off |",
@@ -509,6 +532,10 @@ def _cost(
             f"{aim(added('e2e', name))}",
             "- the same for streams whose client asks for usage (no cut): first token "
             f"{aim(added('ttft asked', name))}; last byte {aim(added('e2e asked', name))}",
+            "- of the last byte, what comes after the last token (the usage event, the end "
+            f"and the gateway's work there): {plus_ms(added('tail', name))} ms cut, "
+            f"{plus_ms(added('tail asked', name))} ms asked (per round "
+            f"{', '.join(f'{a * 1e3:+.3f}' for a in added('tail', name))} ms cut)",
             f"- added p50 at concurrency 1, a JSON answer ({name} - off): "
             f"{aim(added('p50', name))}",
             f"- streamed TPOT p50, {name} / off: {tpot_ratio:.4f}x (aim within 2 %: "
@@ -599,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost", action="store_true", help="metrics on against off")
     parser.add_argument("--split", action="store_true", help="--cost: three partial gateways more")
     parser.add_argument(
+        "--pin", action="store_true", help="--cost: Envoys on one core, the Python on the other"
+    )
+    parser.add_argument(
         "--native", action="store_true", help="--cost: and 'on' with the native usage reader"
     )
     parser.add_argument("--requests", type=int, default=50)
@@ -612,7 +642,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="--cost: the routing stage (exact) or Envoy alone (fast)")
     args = parser.parse_args(argv)
     if args.cost:
-        print(_cost(args.rounds, args.sequential, args.streams, args.split, args.lane, args.native))
+        print(_cost(args.rounds, args.sequential, args.streams, args.split, args.lane,
+                    args.native, args.pin))  # fmt: skip
         return 0
     print(_decode_cost())
     if not args.decode_only:
