@@ -115,12 +115,13 @@ NOT_FOUND_ROUTE: Final = "not-found"
 MODELS_ROUTE: Final = "models"
 ANSWERED_ROUTE_PREFIX: Final = "answered-"
 # The metric label of a value outside the config's names, and of a missing value
-# (records/labels.py).
+# (records/labels.py): no name that becomes a label may take them (config validation).
 OTHER_LABEL: Final = "other"
 NO_VALUE_LABEL: Final = "none"
+RESERVED_LABEL_VALUES: Final = (OTHER_LABEL, NO_VALUE_LABEL)
 # Names a configured route may not take (config validation): its records would be read as
 # one of Envoy's routes', or its series would merge with the unknown or missing routes'.
-RESERVED_ROUTE_NAMES: Final = (NOT_FOUND_ROUTE, MODELS_ROUTE, OTHER_LABEL, NO_VALUE_LABEL)
+RESERVED_ROUTE_NAMES: Final = (NOT_FOUND_ROUTE, MODELS_ROUTE, *RESERVED_LABEL_VALUES)
 
 
 def is_reserved_route_name(name: str) -> bool:

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from sluicegate.wire import ANONYMOUS_TENANT, RESERVED_LABEL_VALUES
+
 from .durations import Duration
 from .key_source import KeySource
 from .keyhash import parse_key_hash
@@ -38,13 +40,32 @@ _MAX_LIMIT = 1_000_000_000_000  # counters stay exact in Redis Lua (doubles)
 _MAX_TOKENS = 100_000_000
 
 
+_LABELS_OWN: Final = "the metric labels of a name the config does not declare and of a missing one"
+
+
+def check_label_name(
+    name: str, reserved: tuple[str, ...] = RESERVED_LABEL_VALUES, why: str = _LABELS_OWN
+) -> str:
+    """A name that is a metric label's value (a provider, model, tenant, priority class or
+    scenario; records/labels.py) must not be one of the values the labels give otherwise
+    (`reserved`, `why`; wire.RESERVED_LABEL_VALUES): its series would merge with theirs."""
+    if name in reserved:
+        names = ", ".join(repr(value) for value in reserved)
+        raise ValueError(
+            f"{name!r} is reserved ({why}), so its series would merge with theirs: choose "
+            f"another name (not {names})"
+        )
+    return name
+
+
 def check_model_names(models: list[str]) -> list[str]:
     """A model name is sent to Envoy in a request header (wire.MODEL_HEADER) and matched
     there: it must not be empty or hold a control character, nor a backslash (which a
-    JSON body escapes: docs/fast-lane.md)."""
+    JSON body escapes: docs/fast-lane.md); it is a label's value too (check_label_name)."""
     if any(not model.strip() for model in models):
         raise ValueError("model names must not be empty")
     for model in models:
+        check_label_name(model)
         if any(ord(char) < 0x20 or ord(char) == 0x7F for char in model):
             raise ValueError(
                 f"model name {model!r} holds a control character, which an HTTP header cannot carry"
@@ -103,6 +124,14 @@ class PriorityClass(_Section):
     """One priority class with its own bounded queue."""
 
     name: str = Field(pattern=NAME_PATTERN)
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_label_of_its_own(cls, value: str) -> str:
+        # The routing stage's class of a request refused before its class was known is
+        # `none` (wire.NO_PRIORITY_CLASS), one of the reserved values.
+        return check_label_name(value)
+
     # Requests of this class that may wait at one gate; more are shed with a 429/503.
     max_queue: int = Field(ge=0, le=1_000_000)
     # Longest wait in the queue before the request is shed.
@@ -358,6 +387,16 @@ class Tenant(_Section):
     @classmethod
     def _non_empty_models(cls, value: list[str] | None) -> list[str] | None:
         return None if value is None else check_model_names(value)
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_label_of_its_own(cls, value: str) -> str:
+        return check_label_name(
+            value,
+            (*RESERVED_LABEL_VALUES, ANONYMOUS_TENANT),
+            "the metric labels of an undeclared and of a missing tenant, and of requests "
+            "without a key or whose key was refused",
+        )
 
 
 def lower_class_share(capacity: int, headroom: float) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sluicegate.wire import (
     ANSWERED_ROUTE_PREFIX,
@@ -20,7 +20,15 @@ from sluicegate.wire import (
 
 from .addresses import is_ip_address, split_host_port
 from .admin_address import parse_admin_address
-from .admission import NAME_PATTERN, Admission, Concurrency, RateLimits, Tenant, check_model_names
+from .admission import (
+    NAME_PATTERN,
+    Admission,
+    Concurrency,
+    RateLimits,
+    Tenant,
+    check_label_name,
+    check_model_names,
+)
 from .durations import Duration
 from .headers import check_forwarded_name, check_header_name, check_header_value, check_unique
 from .key_source import KeySource
@@ -128,6 +136,11 @@ class Provider(Strict):
     # not, to count its tokens exactly (docs/admission.md, "Reserve, then reconcile").
     # false for a provider that refuses `stream_options`: its streams are then counted.
     ask_stream_usage: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_label_of_its_own(cls, value: str) -> str:
+        return check_label_name(value)
 
     @field_validator("headers")
     @classmethod
@@ -360,7 +373,7 @@ class NativeFilters(Strict):
         )
 
 
-ScenarioName = Annotated[str, Field(pattern=NAME_PATTERN)]
+ScenarioName = Annotated[str, Field(pattern=NAME_PATTERN), AfterValidator(check_label_name)]
 
 
 class Config(Strict):

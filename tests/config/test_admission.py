@@ -402,7 +402,7 @@ def test_tenant_model_must_be_served() -> None:
 
 
 def test_tenant_models_are_not_checked_while_a_route_is_broken() -> None:
-    text = tenant("    models: [other]\n").replace("- name: chat\n", "- name: chat\n    bogus: 1\n")
+    text = tenant("    models: [gone]\n").replace("- name: chat\n", "- name: chat\n    bogus: 1\n")
     assert where(errors_of(text)) == [(10, "routes[0].bogus")]
     assert where(errors_of(text.replace("    bogus: 1\n", ""))) == [(17, "tenants[0].models[0]")]
 

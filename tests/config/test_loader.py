@@ -146,6 +146,39 @@ def test_a_reserved_route_name_is_refused(name: str) -> None:
     assert "'other'" in problem.message
 
 
+@pytest.mark.parametrize(
+    ("edit", "line", "key_path", "name"),
+    [
+        (("alpha", "other"), 6, "providers[0].name", "other"),
+        (("models: [m]", "models: [m, none]"), 10, "routes[0].models", "none"),
+        (("", "scenarios: [other]\n"), 13, "scenarios[0]", "other"),
+        (("", "tenants: [{name: none}]\n"), 13, "tenants[0].name", "none"),
+        (("", "tenants: [{name: anonymous}]\n"), 13, "tenants[0].name", "anonymous"),
+        (("", "tenants: [{name: t, models: [other]}]\n"), 13, "tenants[0].models", "other"),
+        (
+            ("", "admission:\n  priority_classes: [{name: other, max_queue: 1, max_wait: 1s}]\n"),
+            14,
+            "admission.priority_classes[0].name",
+            "other",
+        ),
+    ],
+    ids=["provider", "model", "scenario", "tenant", "anonymous-tenant", "tenant-model", "class"],
+)
+def test_a_name_that_is_a_label_of_its_own_is_refused(
+    edit: tuple[str, str], line: int, key_path: str, name: str
+) -> None:
+    """`other` and `none` are what the metric labels give an undeclared and a missing
+    name (records/labels.py), and `anonymous` the tenant of requests without a key or
+    whose key was refused: a provider, model, tenant, class or scenario of such a name
+    would have its series merged with theirs."""
+    old, new = edit
+    text = MINIMAL.replace(old, new) if old else MINIMAL + new
+    problem = only([p for p in problems_of(text) if p.is_error])
+    assert (problem.line, problem.key_path) == (line, key_path)
+    assert f"{name!r} is reserved" in problem.message
+    assert "series would merge" in problem.message
+
+
 def test_yaml_bad_indentation_line() -> None:
     problem = only(problems_of("version: 1\nlisteners:\n  - name: gw\n   port: 1\n"))
     assert problem.line == 4

@@ -179,7 +179,7 @@ def test_one_tenant_in_the_fast_lane_makes_envoy_check_every_key(tmp_path: Path)
     the exact lane's keys need their secret too; each tenant's lane is said, with why."""
     path = _with_tenant(tmp_path, "", lane="exact")
     text = path.read_text().replace("  - name: team\n", "  - name: team\n    lane: fast\n")
-    text += f'  - name: other\n    keys: [{{name: other-key, hash: "{hash_key("sk-sg-other")}"}}]\n'
+    text += f'  - name: second\n    keys: [{{name: k2, hash: "{hash_key("sk-sg-other")}"}}]\n'
     path.write_text(text)
     problems = validate_file(path, env={})
     assert [p.key_path for p in problems] == ["tenants[0].keys[0]", "tenants[1].keys[0]"]
@@ -191,7 +191,7 @@ def test_one_tenant_in_the_fast_lane_makes_envoy_check_every_key(tmp_path: Path)
     assert describe_lanes(path) == [
         "tenant team: lane fast (its own lane): Envoy checks its keys and limits it with "
         "token buckets",
-        "tenant other: lane exact (admission.lane): the routing stage admits it (sliding "
+        "tenant second: lane exact (admission.lane): the routing stage admits it (sliding "
         "windows, queues)",
     ]
 

@@ -53,7 +53,7 @@ SLOW_MS = 2000
 KEYS = {
     "flood": "sk-sg-e2e-flood-00000000000000000000",
     "vip": "sk-sg-e2e-vip-0000000000000000000000",
-    "other": "sk-sg-e2e-other-00000000000000000000",
+    "second": "sk-sg-e2e-second-0000000000000000000",
 }
 
 
@@ -322,7 +322,7 @@ def _with_tenant_of_lane(tmp: Path, lane: str) -> tuple[str, int]:
     """The test's config plus a tenant of `lane` allowed the gated model, as YAML, and
     the line of route qwen's `concurrency` key."""
     doc = fast_lane_gate(tmp)
-    doc["tenants"].append(_tenant(tmp, "other", lane=lane))
+    doc["tenants"].append(_tenant(tmp, "second", lane=lane))
     text = yaml.safe_dump(doc, sort_keys=False)
     (line,) = [n for n, row in enumerate(text.splitlines(), 1) if row.strip() == "concurrency:"]
     return text, line

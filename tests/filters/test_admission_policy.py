@@ -75,7 +75,7 @@ tenants:
         rate_limits: {output_tokens: 500, per: 1s}
       - name: demo-ci
         hash: "{H2}"
-  - name: other
+  - name: second
     keys:
       - name: other-key
         hash: "{H3}"
@@ -103,8 +103,8 @@ def policy() -> AdmissionPolicy:
 
 
 def test_tenants_with_priority_models_and_limits(policy: AdmissionPolicy) -> None:
-    assert set(policy.tenants) == {"demo", "other"}
-    demo, other = policy.tenants["demo"], policy.tenants["other"]
+    assert set(policy.tenants) == {"demo", "second"}
+    demo, other = policy.tenants["demo"], policy.tenants["second"]
     assert (demo.name, demo.priority) == ("demo", "interactive")
     assert demo.allowed_models == frozenset({"gpt-4o", "plain"})
     assert demo.limits == (
@@ -120,7 +120,7 @@ def test_default_priority_follows_admission_default() -> None:
     text = FULL.replace("default_priority: standard", "default_priority: bulk")
     policy = admission_policy(model_of(text))
     assert policy.default_priority == "bulk"
-    assert policy.tenants["other"].priority == "bulk"
+    assert policy.tenants["second"].priority == "bulk"
     assert policy.tenants["demo"].priority == "interactive"
 
 
@@ -186,7 +186,7 @@ def test_limits_for_combines_tenant_key_model_and_provider(policy: AdmissionPoli
     assert policy.limits_for(laptop_id, "chat", "gpt-4o") == demo + laptop + model + gamma
     ci = ClientIdentity("demo", "demo-ci")
     assert policy.limits_for(ci, "chat", "gpt-4o") == demo + model + gamma
-    assert policy.limits_for(ClientIdentity("other", "other-key"), "chat", "llama") == (
+    assert policy.limits_for(ClientIdentity("second", "other-key"), "chat", "llama") == (
         policy.routes["chat"].model_limits["llama"] + gamma
     )
     assert policy.limits_for(None, "chat", "gpt-4o") == model + gamma
@@ -279,7 +279,7 @@ def test_each_replica_takes_its_share_of_a_gate() -> None:
 def test_keyring_holds_every_key(policy: AdmissionPolicy) -> None:
     assert policy.keyring is not None and len(policy.keyring) == 3
     assert policy.keyring.identify("sk-demo-ci") == ClientIdentity("demo", "demo-ci")
-    assert policy.keyring.identify("sk-other") == ClientIdentity("other", "other-key")
+    assert policy.keyring.identify("sk-other") == ClientIdentity("second", "other-key")
     assert policy.keyring.identify("sk-nobody") is None
 
 

@@ -67,9 +67,9 @@ tenants:
     rate_limits: {{requests: 5, tokens: 1000, per: 1m}}
     keys:
       - {{name: team-key, hash: "{hashed(TEAM)}", rate_limits: {{tokens: 500, per: 1m}}}}
-  - name: other
+  - name: second
     rate_limits: {{requests: 5, tokens: 1000, per: 1m}}
-    keys: [{{name: other-key, hash: "{hashed(OTHER)}"}}]
+    keys: [{{name: second-key, hash: "{hashed(OTHER)}"}}]
 """
 )
 IDENTITY = ClientIdentity("team", "team-key")
@@ -173,7 +173,7 @@ async def any_store(request: pytest.FixtureRequest) -> AsyncIterator[AdmissionCo
 
 def test_the_policy_knows_which_tenants_are_auto() -> None:
     policy = auto_policy()
-    assert policy.tenants["team"].auto and not policy.tenants["other"].auto
+    assert policy.tenants["team"].auto and not policy.tenants["second"].auto
     assert not admission_policy(model_of(CONFIG)).tenants["team"].auto
     # The client's own limits: the tenant's, then the key's; no route's.
     assert [(limit.scope, limit.kind) for limit in policy.client_limits(IDENTITY)] == [
@@ -234,7 +234,7 @@ async def test_without_usage_a_fast_lane_request_is_charged_its_estimate(
 @pytest.mark.parametrize(
     "fields",
     [
-        pytest.param({"tenant": "other", "key": "other-key"}, id="a tenant not auto"),
+        pytest.param({"tenant": "second", "key": "second-key"}, id="a tenant not auto"),
         pytest.param({"tenant": "stranger"}, id="a tenant the policy does not know"),
         pytest.param({"auto": False}, id="not marked auto"),
         pytest.param({"fast_lane": False}, id="the exact lane's own, requests only"),
@@ -253,7 +253,7 @@ async def test_what_is_not_a_billed_fast_lane_request_of_an_auto_tenant_charges_
     assert not charge_fast_lane(controller, record)
     await controller.settled()
     policy = controller.policy
-    for name in ("team", "other"):
+    for name in ("team", "second"):
         limits = policy.client_limits(ClientIdentity(name, f"{name}-key"))
         assert await used(controller, limits) == [0] * (len(limits) - 1)
     assert (
@@ -323,7 +323,7 @@ async def test_a_batchs_short_requests_are_charged_once_per_client(
     short = {"usage": USAGE, "duration_ms": 40}
     for _ in range(3):
         assert charge_fast_lane(held, fast_lane_record(**short))
-    assert not charge_fast_lane(held, fast_lane_record(**short, tenant="other", key="other-key"))
+    assert not charge_fast_lane(held, fast_lane_record(**short, tenant="second", key="second-key"))
     assert not charge_fast_lane(held, fast_lane_record(status=429, duration_ms=2))
     assert len(held.fast_lane_pending) == 1  # one client; the other tenant is not auto
     await held.settled()
@@ -652,7 +652,7 @@ async def test_an_exact_lane_request_s_in_flight_record_leaves_its_reservation_a
 
 def both_auto(store: StoreSettings | None) -> AdmissionController:
     """A controller whose two tenants are both auto."""
-    policy = admission_policy(auto_gateway(CONFIG, "team", "other"))
+    policy = admission_policy(auto_gateway(CONFIG, "team", "second"))
     return AdmissionController(
         policy if store is None else dataclasses.replace(policy, store=store)
     )
@@ -664,16 +664,16 @@ async def test_two_tenants_streams_of_one_id_are_charged_each(
     """Stream ids are unique per tenant only: one tenant's charge never takes another's."""
     held = both_auto(store_settings)
     try:
-        other = ClientIdentity("other", "other-key")
+        other = ClientIdentity("second", "second-key")
         mine, theirs = held.policy.client_limits(IDENTITY), held.policy.client_limits(other)
         charge_finished(held, in_flight_record("stream-1"))
-        charge_finished(held, in_flight_record("stream-1", tenant="other", key="other-key"))
+        charge_finished(held, in_flight_record("stream-1", tenant="second", key="second-key"))
         await held.settled()
         assert await window(held, mine) == [1, 120, 120]
         assert await window(held, theirs) == [1, 120]
         charge_finished(held, end_record("stream-1", usage=USAGE))
         end = end_record(
-            "stream-1", tenant="other", key="other-key", usage={**USAGE, "completion_tokens": 1}
+            "stream-1", tenant="second", key="second-key", usage={**USAGE, "completion_tokens": 1}
         )
         charge_finished(held, end)
         await held.settled()
