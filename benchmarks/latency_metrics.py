@@ -292,36 +292,32 @@ async def _sequential_in_turn(
 
 async def _streams_in_turn(
     session: aiohttp.ClientSession, urls: dict[str, str], turns: int, ask_usage: bool = False
-) -> dict[str, list[tuple[float, float, float]]]:
-    """(TTFT, E2E, tail) in seconds of streams one at a time, the gateways in turn as in
+) -> dict[str, list[tuple[float, float]]]:
+    """(TTFT, E2E) in seconds of streams one at a time, the gateways in turn as in
     _sequential_in_turn. Clients that do not ask for usage (the SDKs' default), so "on"
     asks for it and cuts it out, unless `ask_usage`. TTFT: to the first event with
-    content; tail: from the last event with content to the stream's end (the usage event,
-    `[DONE]` and what the gateway does at the end), which the mock's pacing of the tokens
-    before it does not blur."""
+    content."""
     document: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
                                 "max_tokens": 16, "stream": True}  # fmt: skip
     if ask_usage:
         document["stream_options"] = {"include_usage": True}
     body = json.dumps(document).encode()
     headers = {"content-type": "application/json", **QUICK_STREAM}
-    found: dict[str, list[tuple[float, float, float]]] = {name: [] for name in urls}
+    found: dict[str, list[tuple[float, float]]] = {name: [] for name in urls}
     names = list(urls)
     for index in range(turns):
         for name in names[index % len(names) :] + names[: index % len(names)]:
             started = time.perf_counter()
-            first = last = None
+            first = None
             async with session.post(urls[name], data=body, headers=headers) as response:
                 if response.status != 200:
                     raise RuntimeError(f"{urls[name]}: HTTP {response.status}")
                 async for line in response.content:
-                    if line.startswith(b"data:") and b'"content"' in line:
-                        last = time.perf_counter()
-                        first = first or last
-            ended = time.perf_counter()
-            if first is None or last is None:
+                    if first is None and line.startswith(b"data:") and b'"content"' in line:
+                        first = time.perf_counter()
+            if first is None:
                 raise RuntimeError(f"{urls[name]}: a stream without content")
-            found[name].append((first - started, ended - started, ended - last))
+            found[name].append((first - started, time.perf_counter() - started))
     return found
 
 
@@ -358,7 +354,7 @@ async def _measure_cost(
     """Per round and gateway: p50 latency at concurrency 1 (the gateways in turn), p50
     TTFT and E2E of streams at concurrency 1 (in turn too) and TPOT p50 (every gateway's
     streams at the same time)."""
-    streamed_figures = ("ttft", "e2e", "tail", "ttft asked", "e2e asked", "tail asked")
+    streamed_figures = ("ttft", "e2e", "ttft asked", "e2e asked")
     figures: Figures = {
         figure: {name: [] for name in urls} for figure in ("p50", *streamed_figures, "tpot")
     }
@@ -379,7 +375,7 @@ async def _measure_cost(
             for name, found in zip(urls, streams, strict=True):
                 p50s[name].append(percentile(latencies[name], 50))
                 for suffix, found_streams in (("", streamed[name]), (" asked", asked[name])):
-                    for column, figure in enumerate(("ttft", "e2e", "tail")):
+                    for column, figure in enumerate(("ttft", "e2e")):
                         values = [stream[column] for stream in found_streams]
                         figures[figure + suffix][name].append(percentile(values, 50))
                 tpots[name].append(percentile(found, 50))
@@ -532,10 +528,6 @@ def _cost(
             f"{aim(added('e2e', name))}",
             "- the same for streams whose client asks for usage (no cut): first token "
             f"{aim(added('ttft asked', name))}; last byte {aim(added('e2e asked', name))}",
-            "- of the last byte, what comes after the last token (the usage event, the end "
-            f"and the gateway's work there): {plus_ms(added('tail', name))} ms cut, "
-            f"{plus_ms(added('tail asked', name))} ms asked (per round "
-            f"{', '.join(f'{a * 1e3:+.3f}' for a in added('tail', name))} ms cut)",
             f"- added p50 at concurrency 1, a JSON answer ({name} - off): "
             f"{aim(added('p50', name))}",
             f"- streamed TPOT p50, {name} / off: {tpot_ratio:.4f}x (aim within 2 %: "
