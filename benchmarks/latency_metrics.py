@@ -108,7 +108,11 @@ PACED: Final = {"x-mock-ttft-ms": "50", "x-mock-itl-ms": "10",
                 "x-mock-output-tokens": str(COST_STREAM_TOKENS)}  # fmt: skip
 INSTANT: Final = {"x-mock-ttft-ms": "0", "x-mock-itl-ms": "0", "x-mock-output-tokens": "16"}
 # --cost: the streams at concurrency 1, one after another: short, so a round stays short.
-QUICK_STREAM: Final = {"x-mock-ttft-ms": "0", "x-mock-itl-ms": "1", "x-mock-output-tokens": "16"}
+# The pause before the stream's end lets the client time the end (the usage event, [DONE]
+# and the gateway's work there) apart from the tokens: the mock writes them back to back.
+END_PAUSE_MS: Final = 5
+QUICK_STREAM: Final = {"x-mock-ttft-ms": "0", "x-mock-itl-ms": "1", "x-mock-output-tokens": "16",
+                       "x-mock-end-pause-ms": str(END_PAUSE_MS)}  # fmt: skip
 STREAM_CLIENTS: Final = 8
 
 
@@ -292,32 +296,36 @@ async def _sequential_in_turn(
 
 async def _streams_in_turn(
     session: aiohttp.ClientSession, urls: dict[str, str], turns: int, ask_usage: bool = False
-) -> dict[str, list[tuple[float, float]]]:
-    """(TTFT, E2E) in seconds of streams one at a time, the gateways in turn as in
-    _sequential_in_turn. Clients that do not ask for usage (the SDKs' default), so "on"
-    asks for it and cuts it out, unless `ask_usage`. TTFT: to the first event with
-    content."""
+) -> dict[str, list[tuple[float, float, float, float]]]:
+    """(TTFT, E2E, tokens, end) in seconds of streams one at a time, the gateways in turn
+    as in _sequential_in_turn. Clients that do not ask for usage (the SDKs' default), so
+    "on" asks for it and cuts it out, unless `ask_usage`. TTFT: to the first event with
+    content; tokens: from it to the last; end: from the last to the stream's end, which
+    the mock sends END_PAUSE_MS after its last token."""
     document: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
                                 "max_tokens": 16, "stream": True}  # fmt: skip
     if ask_usage:
         document["stream_options"] = {"include_usage": True}
     body = json.dumps(document).encode()
     headers = {"content-type": "application/json", **QUICK_STREAM}
-    found: dict[str, list[tuple[float, float]]] = {name: [] for name in urls}
+    found: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in urls}
     names = list(urls)
     for index in range(turns):
         for name in names[index % len(names) :] + names[: index % len(names)]:
             started = time.perf_counter()
-            first = None
+            first = last = None
             async with session.post(urls[name], data=body, headers=headers) as response:
                 if response.status != 200:
                     raise RuntimeError(f"{urls[name]}: HTTP {response.status}")
                 async for line in response.content:
-                    if first is None and line.startswith(b"data:") and b'"content"' in line:
-                        first = time.perf_counter()
-            if first is None:
+                    if line.startswith(b"data:") and b'"content"' in line:
+                        last = time.perf_counter()
+                        if first is None:
+                            first = last
+            ended = time.perf_counter()
+            if first is None or last is None:
                 raise RuntimeError(f"{urls[name]}: a stream without content")
-            found[name].append((first - started, time.perf_counter() - started))
+            found[name].append((first - started, ended - started, last - first, ended - last))
     return found
 
 
@@ -354,7 +362,9 @@ async def _measure_cost(
     """Per round and gateway: p50 latency at concurrency 1 (the gateways in turn), p50
     TTFT and E2E of streams at concurrency 1 (in turn too) and TPOT p50 (every gateway's
     streams at the same time)."""
-    streamed_figures = ("ttft", "e2e", "ttft asked", "e2e asked")
+    streamed_figures = tuple(
+        figure + suffix for suffix in ("", " asked") for figure in ("ttft", "e2e", "tokens", "end")
+    )
     figures: Figures = {
         figure: {name: [] for name in urls} for figure in ("p50", *streamed_figures, "tpot")
     }
@@ -375,7 +385,7 @@ async def _measure_cost(
             for name, found in zip(urls, streams, strict=True):
                 p50s[name].append(percentile(latencies[name], 50))
                 for suffix, found_streams in (("", streamed[name]), (" asked", asked[name])):
-                    for column, figure in enumerate(("ttft", "e2e")):
+                    for column, figure in enumerate(("ttft", "e2e", "tokens", "end")):
                         values = [stream[column] for stream in found_streams]
                         figures[figure + suffix][name].append(percentile(values, 50))
                 tpots[name].append(percentile(found, 50))
@@ -489,7 +499,8 @@ def _cost(
     lines = [
         f"`lane: {lane}` (routed by {routed_by}); {rounds} rounds; per round and gateway "
         f"{sequential} non-streamed requests and "
-        f"{sequential // 2} short streams (16 tokens, 1 ms apart; the client not asking for "
+        f"{sequential // 2} short streams (16 tokens, 1 ms apart, then a {END_PAUSE_MS} ms "
+        "pause before the end; the client not asking for "
         "usage) at concurrency 1, the gateways in turn request by request (the order "
         f"rotating), then {STREAM_CLIENTS} x {per_client} streams ({COST_STREAM_TOKENS} "
         f"tokens, ITL 10 ms) through each, every gateway at the same time{placed}",
@@ -528,6 +539,13 @@ def _cost(
             f"{aim(added('e2e', name))}",
             "- the same for streams whose client asks for usage (no cut): first token "
             f"{aim(added('ttft asked', name))}; last byte {aim(added('e2e asked', name))}",
+            "- of the last byte, the first to the last token (the chunks between): "
+            f"{plus_ms(added('tokens', name))} ms cut, {plus_ms(added('tokens asked', name))} "
+            "ms asked; the last token to the end (the usage event, [DONE] and the "
+            f"gateway's work at the end, after the mock's {END_PAUSE_MS} ms pause): "
+            f"{plus_ms(added('end', name))} ms cut, {plus_ms(added('end asked', name))} ms "
+            f"asked (per round {', '.join(f'{a * 1e3:+.3f}' for a in added('end', name))} "
+            "ms cut)",
             f"- added p50 at concurrency 1, a JSON answer ({name} - off): "
             f"{aim(added('p50', name))}",
             f"- streamed TPOT p50, {name} / off: {tpot_ratio:.4f}x (aim within 2 %: "

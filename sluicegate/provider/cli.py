@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from sluicegate.provider.app import PROVIDER_HEADER
 from sluicegate.provider.faults import (
+    HEADER_END_PAUSE_MS,
     HEADER_FAULT,
     HEADER_FAULT_PROVIDER,
     HEADER_ITL_MS,
@@ -37,6 +38,7 @@ def request_headers_help() -> str:
         (HEADER_TTFT_MS, "time to first token in ms (overrides --ttft-ms)"),
         (HEADER_ITL_MS, "inter-token latency in ms (overrides --itl-ms)"),
         (HEADER_OUTPUT_TOKENS, "tokens in the answer (overrides --output-tokens)"),
+        (HEADER_END_PAUSE_MS, "a stream's pause in ms after its last token, before its end"),
     ]
     width = max(len(name) for name, _ in rows)
     indent = " " * (width + 4)

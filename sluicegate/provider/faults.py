@@ -22,6 +22,7 @@ HEADER_RETRY_AFTER = "x-mock-retry-after"
 HEADER_TTFT_MS = "x-mock-ttft-ms"
 HEADER_ITL_MS = "x-mock-itl-ms"
 HEADER_OUTPUT_TOKENS = "x-mock-output-tokens"
+HEADER_END_PAUSE_MS = "x-mock-end-pause-ms"
 
 
 class Fault(StrEnum):
@@ -57,6 +58,8 @@ class Overrides:
     ttft_ms: float | None = None
     itl_ms: float | None = None
     output_tokens: int | None = None
+    # A stream's pause after its last token, before its final chunk, usage and [DONE].
+    end_pause_ms: float | None = None
 
 
 def parse_overrides(headers: Mapping[str, str], provider_name: str) -> Overrides:
@@ -78,6 +81,7 @@ def parse_overrides(headers: Mapping[str, str], provider_name: str) -> Overrides
         ttft_ms=_header_number(headers, HEADER_TTFT_MS, float, minimum=0),
         itl_ms=_header_number(headers, HEADER_ITL_MS, float, minimum=0),
         output_tokens=_header_number(headers, HEADER_OUTPUT_TOKENS, int, minimum=1),
+        end_pause_ms=_header_number(headers, HEADER_END_PAUSE_MS, float, minimum=0),
     )
 
 

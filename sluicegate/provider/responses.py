@@ -182,6 +182,9 @@ async def stream(
             if cut_after is not None and index >= cut_after:
                 abort_connection(request.transport)
                 client_gone()
+        if plan.overrides.end_pause_ms:
+            # Apart from the last token, so a client can time the stream's end alone.
+            await asyncio.sleep(plan.overrides.end_pause_ms / 1000)
         await response.write(encoder.choices([_final_choice(kind, plan.finish_reason)]))
         if plan.include_usage and plan.fault is not Fault.GARBAGE:
             await response.write(encoder.usage(generation.usage(plan.prompt_tokens, plan.tokens)))

@@ -120,6 +120,24 @@ async def test_stream_wire_format_ends_with_done(provider: RunningMockProvider) 
     assert len(events[:-2]) == 5  # four tokens and the finish chunk
 
 
+async def test_a_stream_pauses_before_its_end_when_asked(client: AsyncOpenAI) -> None:
+    """x-mock-end-pause-ms holds the finish chunk, the usage and [DONE] back, and not the
+    tokens (a benchmark times a stream's end apart from them); a lower bound only."""
+    stream = await client.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=user(),
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"x-mock-end-pause-ms": "300", "x-mock-output-tokens": "3"},
+    )
+    arrived = [(chunk, time.monotonic()) async for chunk in stream]
+    tokens = [at for chunk, at in arrived if chunk.choices and chunk.choices[0].delta.content]
+    finish = next(at for chunk, at in arrived if chunk.choices and chunk.choices[0].finish_reason)
+    assert len(tokens) == 3
+    assert finish - tokens[-1] >= 0.3
+    assert arrived[-1][0].usage is not None
+
+
 async def test_auth_required(provider: RunningMockProvider) -> None:
     async with AsyncOpenAI(
         base_url=provider.url + "/v1", api_key="sk-wrong", max_retries=0
