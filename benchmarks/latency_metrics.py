@@ -506,8 +506,9 @@ def _cost(
         f"tokens, ITL 10 ms) through each, every gateway at the same time{placed}",
         "",
         "| gateway | JSON p50 ms (c=1) | added | stream TTFT p50 ms (c=1) | added | "
-        "stream E2E p50 ms (c=1) | added | E2E, usage asked | added | TPOT p50 ms | TPOT x off |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "stream E2E p50 ms (c=1) | added | E2E, usage asked | added | "
+        "added: the end, cut / asked | TPOT p50 ms | TPOT x off |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in arms:
         lines.append(
@@ -515,6 +516,7 @@ def _cost(
             f"{ms(figures['ttft'][name])} | {plus_ms(added('ttft', name))} | "
             f"{ms(figures['e2e'][name])} | {plus_ms(added('e2e', name))} | "
             f"{ms(figures['e2e asked'][name])} | {plus_ms(added('e2e asked', name))} | "
+            f"{plus_ms(added('end', name))} / {plus_ms(added('end asked', name))} | "
             f"{ms(figures['tpot'][name])} | {median(ratios(name)):.4f}x |"
         )
 
