@@ -302,6 +302,18 @@ RECORD_METADATA_FIELDS: Final = (
     *RECORD_USAGE_FIELDS,
     metadata_field(METADATA_NAMESPACE, META_MODEL),
 )
+
+
+def record_metadata_keys(namespace: str) -> tuple[tuple[str, str], ...]:
+    """(field, key) of each key of `namespace` the record carries (RECORD_METADATA_FIELDS)."""
+    prefix = metadata_field(namespace, "")
+    return tuple(
+        (field, field[len(prefix) :])
+        for field in RECORD_METADATA_FIELDS
+        if field.startswith(prefix)
+    )
+
+
 # The record's fields in the order its body carries them.
 RECORD_LAYOUT: Final = (
     RECORD_STREAM_ID,

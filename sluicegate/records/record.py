@@ -104,18 +104,8 @@ def _seconds_from_us(value: str | None) -> float | None:
     return None if micros is None else micros / 1_000_000
 
 
-def _keys(namespace: str) -> tuple[tuple[str, str], ...]:
-    """(field, key) of each key of `namespace` the record carries (wire.metadata_field)."""
-    prefix = wire.metadata_field(namespace, "")
-    return tuple(
-        (field, field[len(prefix) :])
-        for field in wire.RECORD_METADATA_FIELDS
-        if field.startswith(prefix)
-    )
-
-
-_META_KEYS: Final = _keys(wire.METADATA_NAMESPACE)
-_USAGE_KEYS: Final = _keys(wire.USAGE_METADATA_NAMESPACE)
+_META_KEYS: Final = wire.record_metadata_keys(wire.METADATA_NAMESPACE)
+_USAGE_KEYS: Final = wire.record_metadata_keys(wire.USAGE_METADATA_NAMESPACE)
 
 
 def _metadata(attrs: Mapping[str, str], keys: tuple[tuple[str, str], ...]) -> dict[str, str]:

@@ -20,8 +20,7 @@ def envoy_text(value: object) -> str:
 def _fields(namespace: str, values: Mapping[str, object]) -> dict[str, str]:
     """Every field of `namespace` the record carries, "-" for a key not in `values` (as
     when the namespace held only `values`), and any other key of `values` too."""
-    prefix = wire.metadata_field(namespace, "")
-    fields = {field: "-" for field in wire.RECORD_METADATA_FIELDS if field.startswith(prefix)}
+    fields = {field: "-" for field, _ in wire.record_metadata_keys(namespace)}
     fields.update(
         {wire.metadata_field(namespace, key): envoy_text(value) for key, value in values.items()}
     )
