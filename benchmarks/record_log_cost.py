@@ -26,10 +26,17 @@ the OpenTelemetry logs. The arms differ in one thing each:
   reader, and through the usage readers marked `x-sluicegate-usage: stream`: once as a
   routing-only stream whose client asked for usage (the Lua filter reads no chunk), once
   as a reserved stream whose usage the gateway asked for (the Lua filter counts the text
-  events and cuts the usage event out; checked before measuring).
+  events and cuts the usage event out; checked before measuring);
+- the cut stream through the native reader with the record log, with an OpenTelemetry
+  log whose body is the log name alone, and with the record's body in Envoy's file logger
+  (to /dev/null): what the logger costs against what its fields cost.
 
-Reported per arm: p50 latency (wrk's) and the mean time per request, medians of rounds
-(the arms in turn, the order rotating), and each minus base.
+`--idle-ms N` has wrk wait N ms before each request, so Envoy idles between requests as
+it does between a paced stream's events, and meets each request with cold caches.
+
+Reported per arm: p50 latency (wrk's), the mean time per request and the front Envoy's
+CPU per request (the kernel's CPU clock of the process), medians of rounds (the arms in
+turn, the order rotating), and each minus base.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from google.protobuf.json_format import MessageToDict
 from sluicegate import wire
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.native import MODULE, build
-from sluicegate.testing import cpu_seconds, free_ports
+from sluicegate.testing import exact_cpu_seconds, free_ports
 from sluicegate.xds.translate import LISTENER, translate
 from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER, native_usage_reader
 from sluicegate.xds.translate.record_log import RECORD_FORMATS, record_access_log
@@ -191,6 +198,15 @@ def _record_log(body: str | None = None, attributes: bool = False) -> dict[str, 
     return log
 
 
+def _file_log() -> dict[str, Any]:
+    """The record's body as Envoy's file access log writes it, to /dev/null."""
+    body = MessageToDict(record_access_log(), preserving_proto_field_name=True)[
+        "typed_config"]["value"]["body"]["string_value"]  # fmt: skip
+    return {"name": "envoy.access_loggers.file", "typed_config": _typed(
+        "envoy.extensions.access_loggers.file.v3.FileAccessLog", path="/dev/null",
+        log_format={"text_format_source": {"inline_string": body + "\n"}})}  # fmt: skip
+
+
 def _usage_readers(work: Path) -> list[dict[str, Any]]:
     """The translated listener's usage readers (json_to_metadata, the stream usage Lua
     filter, sse_to_metadata), each behind its matcher, as the translator writes them."""
@@ -295,11 +311,35 @@ def _arms() -> dict[str, Arm]:
             reader=wire.USAGE_BY_STREAM,
         ),
         "usage readers, native": Arm(filters=_native_reader),
+        "usage readers, native, and the record log": Arm(
+            filters=_native_reader, logs=lambda: [_record_log()]
+        ),
         "stream: native usage reader, the client asked for usage, no reservation": Arm(
             filters=_native_reader, stream=True, metadata=unreserved, reader=wire.USAGE_BY_STREAM
         ),
         "stream: native usage reader, usage asked by the gateway (cut), reserved (count)": Arm(
             filters=_native_reader, stream=True, metadata=cut, reader=wire.USAGE_BY_STREAM_CHUNKS
+        ),
+        "stream: native usage reader, cut, and the record log": Arm(
+            filters=_native_reader,
+            stream=True,
+            metadata=cut,
+            reader=wire.USAGE_BY_STREAM_CHUNKS,
+            logs=lambda: [_record_log()],
+        ),
+        "stream: native usage reader, cut, and an OTel log of the name alone": Arm(
+            filters=_native_reader,
+            stream=True,
+            metadata=cut,
+            reader=wire.USAGE_BY_STREAM_CHUNKS,
+            logs=lambda: [_record_log(body=body())],
+        ),
+        "stream: native usage reader, cut, and the record as a file log": Arm(
+            filters=_native_reader,
+            stream=True,
+            metadata=cut,
+            reader=wire.USAGE_BY_STREAM_CHUNKS,
+            logs=lambda: [_file_log()],
         ),
         "stream: the Lua filter alone, cut and count": Arm(
             filters=_only(STREAM_USAGE_FILTER),
@@ -324,23 +364,35 @@ def _front(port: int, upstream: int, sink: int, arm: Arm, work: Path) -> dict[st
     )
 
 
-def _wrk(url: str, seconds: int, reader: str, envoy: int) -> tuple[float, float, float]:
-    """wrk -c1, the request marked for `reader`: (p50 µs, mean µs per request, CPU µs
-    per request of the front Envoy `envoy`, every thread)."""
-    cpu = cpu_seconds(envoy)
+def _wrk(
+    url: str, seconds: int, reader: str, envoy: int, idle_ms: int
+) -> tuple[float, float, float]:
+    """wrk -c1, the request marked for `reader`, `idle_ms` between requests: (p50 µs,
+    mean µs per request, CPU µs per request of the front Envoy `envoy`, every thread).
+    With an idle time the mean is of the requests' latencies, not of the round's time."""
+    script = Path(tempfile.mkdtemp()) / "idle.lua"
+    script.write_text(f"function delay() return {idle_ms} end\n")
+    cpu = exact_cpu_seconds(envoy)
     out = subprocess.run(
         ["taskset", "-c", LOAD_CORE, "wrk", "-c1", "-t1", f"-d{seconds}s", "--latency",
-         "-H", f"{wire.USAGE_HEADER}: {reader}", url],
+         "-H", f"{wire.USAGE_HEADER}: {reader}", *(["-s", str(script)] if idle_ms else []),
+         url],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    cpu = cpu_seconds(envoy) - cpu
+    cpu = exact_cpu_seconds(envoy) - cpu
     found = re.search(r"50%\s+([\d.]+)(us|ms)", out)
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
     count = re.search(r"(\d+) requests in", out)
     if found is None or rate is None or count is None:
         raise RuntimeError(f"wrk said:\n{out}")
     p50 = float(found.group(1)) * (1 if found.group(2) == "us" else 1000)
-    return p50, 1e6 / float(rate.group(1)), 1e6 * cpu / int(count.group(1))
+    mean = 1e6 / float(rate.group(1))
+    if idle_ms:
+        average = re.search(r"Latency\s+([\d.]+)(us|ms)", out)
+        if average is None:
+            raise RuntimeError(f"wrk said:\n{out}")
+        mean = float(average.group(1)) * (1 if average.group(2) == "us" else 1000)
+    return p50, mean, 1e6 * cpu / int(count.group(1))
 
 
 def _check_the_cut(urls: dict[str, str], arms: dict[str, Arm]) -> None:
@@ -360,7 +412,7 @@ def _check_the_cut(urls: dict[str, str], arms: dict[str, Arm]) -> None:
             raise RuntimeError(f"{name}: the stream was not read as meant:\n{text}")
 
 
-def run(rounds: int, seconds: int, only: str | None = None) -> str:
+def run(rounds: int, seconds: int, only: str | None = None, idle_ms: int = 0) -> str:
     work = Path(tempfile.mkdtemp(prefix="record-log-cost-"))
     wanted = [part for part in only.split(",") if part] if only else None
     arms = {name: arm for name, arm in _arms().items()
@@ -391,10 +443,11 @@ def run(rounds: int, seconds: int, only: str | None = None) -> str:
         _check_the_cut(urls, arms)
         for name in names:
             # Warm: connections, the first Lua state.
-            _wrk(urls[name], 1, arms[name].reader, pids[name])
+            _wrk(urls[name], 1, arms[name].reader, pids[name], idle_ms)
         for index in range(rounds):
             for name in names[index % len(names) :] + names[: index % len(names)]:
-                results[name].append(_wrk(urls[name], seconds, arms[name].reader, pids[name]))
+                measured = _wrk(urls[name], seconds, arms[name].reader, pids[name], idle_ms)
+                results[name].append(measured)
     finally:
         for envoy in envoys:
             envoy.stop_blocking()
@@ -406,7 +459,8 @@ def run(rounds: int, seconds: int, only: str | None = None) -> str:
     lines = [
         f"{today()}; {machine()}; Envoy with 1 worker; wrk -c1 -t1 for {seconds} s per arm "
         f"and round, {rounds} rounds (the arms in turn, the order rotating); the front "
-        "Envoys on one core, the upstream Envoy, the log sink and wrk on the other",
+        "Envoys on one core, the upstream Envoy, the log sink and wrk on the other"
+        + (f"; wrk waits {idle_ms} ms before each request" if idle_ms else ""),
         "",
         "| arm | p50 µs | added p50 µs | mean µs per request | added mean µs "
         "| Envoy CPU µs per request | added CPU µs |",
@@ -436,8 +490,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", help="the arms whose name has one of these comma-separated texts (and their base)"
     )
+    parser.add_argument(
+        "--idle-ms",
+        type=int,
+        default=0,
+        help="wrk waits this long before each request, so Envoy idles between requests as "
+        "between a paced stream's events (its caches go cold)",
+    )
     args = parser.parse_args(argv)
-    print(run(args.rounds, args.seconds, args.only))
+    print(run(args.rounds, args.seconds, args.only, args.idle_ms))
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -20,6 +21,14 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds the process has used (not its children)."""
     fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def exact_cpu_seconds(pid: int) -> float:
+    """The CPU seconds the process has used, every thread, to the nanosecond: the
+    kernel's CPU clock of the process (clock_getcpuclockid's id: the pid inverted, shifted
+    by 3, or 2 for "sched"). /proc's figures count clock ticks (10 ms), too coarse for a
+    few hundred requests."""
+    return time.clock_gettime((~pid << 3) | 2)
 
 
 def sys_seconds(pid: int) -> float:
