@@ -266,6 +266,11 @@ def _arms() -> dict[str, Arm]:
     unreserved = {k: v for k, v in METADATA.items() if k != wire.META_RESERVATION}
     # A reserved stream whose usage event the gateway asked for: Lua counts and cuts.
     cut = {**METADATA, wire.META_USAGE_INJECTED: wire.USAGE_INJECTED_TRUE}
+
+    def native_cut(log: Callable[[], dict[str, Any]]) -> Arm:
+        """A reserved stream, cut and counted by the native reader, with `log`."""
+        return Arm(filters=_native_reader, stream=True, metadata=cut,
+                   reader=wire.USAGE_BY_STREAM_CHUNKS, logs=lambda: [log()])  # fmt: skip
     return {
         "base": Arm(),
         "record log, as translated": Arm(logs=lambda: [_record_log()], usage=USAGE),
@@ -320,27 +325,11 @@ def _arms() -> dict[str, Arm]:
         "stream: native usage reader, usage asked by the gateway (cut), reserved (count)": Arm(
             filters=_native_reader, stream=True, metadata=cut, reader=wire.USAGE_BY_STREAM_CHUNKS
         ),
-        "stream: native usage reader, cut, and the record log": Arm(
-            filters=_native_reader,
-            stream=True,
-            metadata=cut,
-            reader=wire.USAGE_BY_STREAM_CHUNKS,
-            logs=lambda: [_record_log()],
+        "stream: native usage reader, cut, and the record log": native_cut(_record_log),
+        "stream: native usage reader, cut, and an OTel log of the name alone": native_cut(
+            lambda: _record_log(body=body())
         ),
-        "stream: native usage reader, cut, and an OTel log of the name alone": Arm(
-            filters=_native_reader,
-            stream=True,
-            metadata=cut,
-            reader=wire.USAGE_BY_STREAM_CHUNKS,
-            logs=lambda: [_record_log(body=body())],
-        ),
-        "stream: native usage reader, cut, and the record as a file log": Arm(
-            filters=_native_reader,
-            stream=True,
-            metadata=cut,
-            reader=wire.USAGE_BY_STREAM_CHUNKS,
-            logs=lambda: [_file_log()],
-        ),
+        "stream: native usage reader, cut, and the record as a file log": native_cut(_file_log),
         "stream: the Lua filter alone, cut and count": Arm(
             filters=_only(STREAM_USAGE_FILTER),
             stream=True,
