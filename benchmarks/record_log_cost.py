@@ -271,6 +271,7 @@ def _arms() -> dict[str, Arm]:
         """A reserved stream, cut and counted by the native reader, with `log`."""
         return Arm(filters=_native_reader, stream=True, metadata=cut,
                    reader=wire.USAGE_BY_STREAM_CHUNKS, logs=lambda: [log()])  # fmt: skip
+
     return {
         "base": Arm(),
         "record log, as translated": Arm(logs=lambda: [_record_log()], usage=USAGE),
