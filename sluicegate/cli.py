@@ -109,6 +109,23 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
     # JSON by default: Envoy reads a path without .yaml (`envoy -c <(sluicegate bootstrap
     # ...)` gives it /dev/fd/63) as JSON only. `--format yaml` is the commented version.
     render = bootstrap_yaml if args.format == "yaml" else bootstrap_json
+    native_module = args.native_module
+    if native_module == "build":
+        # For an Envoy on this machine: build here, name what was built.
+        from sluicegate.native import MODULE, NativeBuildError, build
+
+        try:
+            native_module = str(build(MODULE))
+        except NativeBuildError as err:
+            print(f"sluicegate bootstrap: {err}", file=sys.stderr)
+            return 1
+    elif native_module is not None and not native_module.startswith("/"):
+        print(
+            "sluicegate bootstrap: --native-module takes `build` or the library's absolute "
+            f"path on Envoy's machine, not {native_module!r}",
+            file=sys.stderr,
+        )
+        return 2
     print(
         render(
             node_id=args.node_id,
@@ -117,6 +134,7 @@ def _cmd_bootstrap(args: argparse.Namespace) -> int:
             ext_proc_address=args.ext_proc or ["127.0.0.1:18001"],
             admin_address=args.admin,
             ads_mode=args.ads_mode,
+            native_module=native_module,
         )
     )
     return 0
@@ -307,6 +325,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin", default="127.0.0.1:9901", help="Envoy admin HOST:PORT or unix:/path"
     )
     boot.add_argument("--ads-mode", choices=["sotw", "delta"], default="sotw")
+    boot.add_argument(
+        "--native-module",
+        metavar="PATH|build",
+        help="the native filters library on Envoy's machine (from `sluicegate native-build`), "
+        "or `build` to build it here for an Envoy on this machine; named in the node's "
+        "metadata, so a control plane with native_filters.module: node (the default) "
+        "serves this Envoy listeners that load it",
+    )
     boot.add_argument(
         "--format",
         choices=["json", "yaml"],

@@ -346,6 +346,11 @@ RATELIMIT_HEADERS: Final = (
     ("x-ratelimit-reset-tokens", "ratelimit_reset_tokens"),
 )
 
+# An Envoy's node metadata (namespace METADATA_NAMESPACE), written by its bootstrap: the
+# path of sluicegate's native filters library on Envoy's machine, for a control plane
+# whose native_filters.module is `node` to serve that Envoy (docs/native-filters.md).
+NODE_NATIVE_MODULE: Final = "native_module"
+
 # Static clusters declared in the bootstrap (never pushed over xDS).
 XDS_CLUSTER: Final = "sluicegate_xds"
 EXT_PROC_CLUSTER: Final = "sluicegate_ext_proc"  # the routing stage: one stream per request

@@ -61,6 +61,7 @@ MAX_SCENARIOS: Final = 32
 ACCESS_LOG_STDOUT: Final = "stdout"
 NATIVE_OFF: Final = "off"
 NATIVE_AUTO: Final = "auto"
+NATIVE_NODE: Final = "node"
 
 
 class Listener(Strict):
@@ -354,10 +355,12 @@ class NativeFilters(Strict):
     """sluicegate's native filters: a C library Envoy loads as a dynamic module, in place
     of Envoy's own filters where it has one (docs/native-filters.md)."""
 
-    # NATIVE_OFF: Envoy's own filters. NATIVE_AUTO: the control plane builds the library
-    # (gcc) and names it by its path, for an Envoy on the same machine; Envoy's own filters
-    # if it cannot. Or the library's absolute path on Envoy's machine.
-    module: str = NATIVE_OFF
+    # NATIVE_NODE: each Envoy the library its bootstrap names (node metadata), Envoy's own
+    # filters for an Envoy that names none. NATIVE_OFF: Envoy's own filters. NATIVE_AUTO:
+    # the control plane builds the library (gcc) and names it by its path to every Envoy,
+    # for Envoys on the same machine; Envoy's own filters if it cannot. Or the library's
+    # absolute path on every Envoy's machine.
+    module: str = NATIVE_NODE
 
     @field_validator("module", mode="before")
     @classmethod
@@ -369,7 +372,9 @@ class NativeFilters(Strict):
     @classmethod
     def _word_or_absolute(cls, value: str) -> str:
         return _absolute_path(
-            value, (NATIVE_OFF, NATIVE_AUTO), "/opt/sluicegate/libsluicegate_native.so"
+            value,
+            (NATIVE_NODE, NATIVE_OFF, NATIVE_AUTO),
+            "/opt/sluicegate/libsluicegate_native.so",
         )
 
 

@@ -11,7 +11,14 @@ await envoy.stop()
 """
 
 from .admin import AdminError, admin_base_url, admin_get, admin_json, flatten_stats
-from .bootstrap import AdsMode, bootstrap_dict, bootstrap_json, bootstrap_yaml, make_bootstrap
+from .bootstrap import (
+    AdsMode,
+    bootstrap_dict,
+    bootstrap_json,
+    bootstrap_yaml,
+    declared_native_module,
+    make_bootstrap,
+)
 from .launcher import EnvoyProcess, EnvoyStartError, find_envoy_binary
 
 __all__ = [
@@ -25,6 +32,7 @@ __all__ = [
     "bootstrap_dict",
     "bootstrap_json",
     "bootstrap_yaml",
+    "declared_native_module",
     "find_envoy_binary",
     "flatten_stats",
     "make_bootstrap",

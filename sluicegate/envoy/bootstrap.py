@@ -312,6 +312,29 @@ def _admin(address: str) -> bootstrap_pb2.Admin:
     return bootstrap_pb2.Admin(address=socket_address(admin.host, admin.port))
 
 
+def _node(node_id: str, cluster: str, native_module: str | None) -> base_pb2.Node:
+    node = base_pb2.Node(id=node_id, cluster=cluster)
+    if native_module is not None:
+        if not native_module.startswith("/"):
+            raise ValueError(
+                f"the native filters library must be an absolute path: {native_module!r}"
+            )
+        node.metadata.update({wire.METADATA_NAMESPACE: {wire.NODE_NATIVE_MODULE: native_module}})
+    return node
+
+
+def declared_native_module(node: base_pb2.Node) -> str | None:
+    """The native filters library a node's bootstrap names (`_node`), or None."""
+    fields = node.metadata.fields
+    if wire.METADATA_NAMESPACE not in fields:
+        return None
+    ours = fields[wire.METADATA_NAMESPACE].struct_value.fields
+    if wire.NODE_NATIVE_MODULE not in ours:
+        return None
+    path = ours[wire.NODE_NATIVE_MODULE].string_value
+    return path if path.startswith("/") else None
+
+
 def _addresses(value: str | Sequence[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
@@ -327,6 +350,7 @@ def make_bootstrap(
     max_downstream_connections: int = DEFAULT_MAX_DOWNSTREAM_CONNECTIONS,
     max_heap_bytes: int | None = None,
     initial_fetch_timeout_s: float | None = None,
+    native_module: str | None = None,
 ) -> bootstrap_pb2.Bootstrap:
     """The bootstrap for an Envoy that takes its listeners and clusters from sluicegate.
 
@@ -335,11 +359,13 @@ def make_bootstrap(
     `unix:/path`: a socket that only Envoy's user may open (`_admin`).
     `initial_fetch_timeout_s` bounds how long Envoy waits for LDS/CDS before it
     declares itself ready anyway (Envoy's default is 15 s).
+    `native_module` is the path of sluicegate's native filters library on Envoy's machine,
+    told to the control plane in the node's metadata (docs/native-filters.md).
     """
     if not node_id:
         raise ValueError("node_id must not be empty")
     return bootstrap_pb2.Bootstrap(
-        node=base_pb2.Node(id=node_id, cluster=cluster),
+        node=_node(node_id, cluster, native_module),
         admin=_admin(admin_address),
         static_resources=bootstrap_pb2.Bootstrap.StaticResources(
             clusters=[

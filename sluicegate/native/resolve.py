@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluicegate.config import NATIVE_AUTO, NATIVE_OFF
+from sluicegate.config import NATIVE_AUTO, NATIVE_NODE, NATIVE_OFF
 
 from .library import MODULE, NativeBuildError, build
 
@@ -22,12 +22,17 @@ class NativeModule:
 
 
 def resolve_module(setting: str) -> NativeModule:
-    """`off`: none. A path: that path, as Envoy's machine has it (not checked here: the
-    control plane may not share Envoy's file system; Envoy refuses a config naming a
-    library it cannot load). `auto`: built here (library.build), or none when it cannot
-    be, with the first lines of why as the reason."""
+    """`node`: none for Envoys at large (an Envoy whose bootstrap names its own library is
+    served that one: stack/native_nodes.py). `off`: none. A path: that path, as Envoy's
+    machine has it (not checked here: the control plane may not share Envoy's file
+    system; Envoy refuses a config naming a library it cannot load). `auto`: built here
+    (library.build), or none when it cannot be, with the first lines of why as the
+    reason."""
     if setting == NATIVE_OFF:
         return NativeModule(setting, None, "native_filters.module is off: Envoy's own filters")
+    if setting == NATIVE_NODE:
+        why = "each Envoy's own library, as its bootstrap names it; Envoy's own filters if none"
+        return NativeModule(setting, None, why)
     if setting != NATIVE_AUTO:
         return NativeModule(setting, setting, "native_filters.module names it")
     try:

@@ -54,6 +54,7 @@ from sluicegate.latency import LatencyRouter, WeightChange
 from sluicegate.model import Gateway, build_model
 from sluicegate.native import NativeModule, resolve_module
 from sluicegate.records import decode, log_name
+from sluicegate.stack.native_nodes import NativeNodes
 from sluicegate.stack.rejection import log_rejection
 from sluicegate.xds.server import ENDPOINT, Snapshot, SnapshotCache
 from sluicegate.xds.translate import RouteMemo, translate
@@ -109,6 +110,8 @@ class ControlPlane:
         self._memo = RouteMemo()
         # The native filters library of the last good config (sluicegate.native).
         self.native: NativeModule | None = None
+        # Envoys that name their own native filters library (native_nodes.py).
+        self.native_nodes = NativeNodes(cache)
 
     def watched_paths(self) -> list[Path]:
         """The config file, then the key files its last good version names, providers' and
@@ -198,6 +201,7 @@ class ControlPlane:
         # Filter first: a model that Envoy is about to route must already be known to it.
         self.on_model(model)
         self.cache.set_snapshot(snapshot)
+        self.native_nodes.publish(snapshot, model, native.setting)
         self.reloads_ok += 1
         self.last_outcome = ReloadOutcome(ok=True, at=time.time(), changed_types=changed)
         if changed:
@@ -265,6 +269,8 @@ class ControlPlane:
     ) -> None:
         """Publish a steered model (its weights or lanes moved) and log each step."""
         self.cache.set_snapshot(snapshot)
+        if self.native is not None:
+            self.native_nodes.publish(snapshot, model, self.native.setting)
         self.model = model
         self.snapshot = snapshot
         for step in steps:

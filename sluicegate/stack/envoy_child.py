@@ -35,15 +35,17 @@ def envoy_spec(
     admin: str,
     ads_mode: str,
     concurrency: int,
+    native_module: str | None = None,
 ) -> ChildSpec:
-    """How to start Envoy on sluicegate's bootstrap, logging at `warn` to envoy.log."""
+    """How to start Envoy on sluicegate's bootstrap, logging at `warn` to envoy.log;
+    the bootstrap names `native_module`, the native filters library, if given."""
     socket = parse_admin_address(admin).path
     if socket is not None:
         # Envoy binds the socket but does not make its directory.
         Path(socket).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     text = bootstrap_json(node_id=node_id, cluster="sluicegate", xds_address=xds,
                           ext_proc_address=ext_proc_servers, admin_address=admin,
-                          ads_mode=ads_mode)  # fmt: skip
+                          ads_mode=ads_mode, native_module=native_module)  # fmt: skip
     bootstrap = work_dir / f"envoy-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
     bootstrap.write_text(text)
     # No hot restart: Envoy's hot-restart machinery SIGTERMs it when its parent dies

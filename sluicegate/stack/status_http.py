@@ -23,6 +23,7 @@ from sluicegate.lanes import TenantLane
 from sluicegate.latency import ProviderWeight
 from sluicegate.stack.control_plane import ControlPlane
 from sluicegate.stack.http_site import serve_app, status_endpoint
+from sluicegate.xds.server import NodeStatus
 
 
 class ControlPlaneCollector(Collector):
@@ -181,13 +182,20 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
         "versions": {} if cp.snapshot is None else cp.snapshot.versions(),
         "models": [] if cp.model is None else sorted(cp.model.served),
         "drained": [] if cp.model is None else sorted(cp.model.drained),
-        # The native filters library Envoy is told to load (None: Envoy's own), and why.
+        # The native filters library Envoy is told to load (None: Envoy's own, or with
+        # `node` each Envoy's own: its node's `class`), why, and the libraries Envoys
+        # could not load (stack/native_nodes.py).
         "native_filters": None
         if cp.native is None
-        else {"path": cp.native.path, "why": cp.native.why},
+        else {
+            "setting": cp.native.setting,
+            "path": cp.native.path,
+            "why": cp.native.why,
+            "refused": cp.native_nodes.status()["refused"],
+        },
         "routing": routing_document(cp.latency.report()),
         "lanes": lanes_document(cp.lanes.report()),
-        "nodes": [s.to_dict() for s in cp.cache.status()],
+        "nodes": [_node_document(cp, node) for node in cp.cache.status()],
         # The gates Envoy enforces and the limits it was given (`up` adds how full its
         # Envoy holds them: stack/envoy_gates.py).
         "envoy_gates": {}
@@ -198,6 +206,15 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
             if route.envoy_gate is not None
         },
     }
+
+
+def _node_document(cp: ControlPlane, node: NodeStatus) -> dict[str, Any]:
+    """A node's status; one in a class (its own native library) has its own versions."""
+    document = node.to_dict()
+    if node.node_class is not None:
+        own = cp.cache.get_snapshot(node.node_id)
+        document["serving"] = {} if own is None else own.versions()
+    return document
 
 
 def make_app(cp: ControlPlane) -> web.Application:

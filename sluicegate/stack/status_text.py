@@ -85,6 +85,9 @@ def _config(document: Mapping[str, Any], now: float) -> list[str]:
     native = _mapping(document.get("native_filters"))
     if native:
         rows.append(("native filters", f"{native.get('path') or 'none'} ({native.get('why')})"))
+        for refused in _dicts(native.get("refused")):
+            rows.append(("  refused", f"{refused.get('node_id')}: {refused.get('path')} "
+                                      f"({refused.get('message')})"))  # fmt: skip
     lines = _pairs(rows)
     if problem_lines:
         index = 1 + next(i for i, (key, _) in enumerate(rows) if key == "last reload")
@@ -110,9 +113,11 @@ def _envoys(document: Mapping[str, Any], now: float) -> list[str]:
         for node in nodes
     ]
     lines = _table(("NODE", "ROLE", "STREAM", "CONNECTED"), summary)
-    served = _mapping(document.get("versions"))
     for node in nodes:
-        lines += ["", f"  {node.get('node_id', '?')}"]
+        # A node in a class (its own native filters library) is served its own versions.
+        served = _mapping(node.get("serving")) or _mapping(document.get("versions"))
+        native = f" (native filters: {node['class']})" if node.get("class") else ""
+        lines += ["", f"  {node.get('node_id', '?')}{native}"]
         lines += _table(("TYPE", "ACKED", "LAST NACK"), _type_rows(node, served, now), indent=4)
     return lines
 

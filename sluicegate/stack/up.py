@@ -31,6 +31,7 @@ from sluicegate.config import (
     resolve_api_keys,
     resolve_client_keys,
 )
+from sluicegate.native import MODULE, NativeBuildError, build
 from sluicegate.stack.adoption import (
     Recorded,
     record,
@@ -121,7 +122,7 @@ async def _run_locked(
         envoy_spec(work_dir, node_id=options.node_id, xds=addresses.xds,
                    ext_proc_servers=list(addresses.ext_proc_servers),
                    admin=addresses.envoy_admin, ads_mode=options.ads_mode,
-                   concurrency=options.envoy_concurrency)
+                   concurrency=options.envoy_concurrency, native_module=_native_library())
     ] if options.start_envoy else []  # fmt: skip
     recorded = recorded_children(work_dir)
     # What stack.json must keep naming until each is adopted, stopped or gone: were
@@ -200,6 +201,16 @@ def _sluicegate(*args: str) -> list[str]:
     """argv for `sluicegate ARGS`, with -v when `up` itself logs at DEBUG."""
     verbose = ["-v"] if logging.getLogger().isEnabledFor(logging.DEBUG) else []
     return [sys.executable, "-m", "sluicegate", *verbose, *args]
+
+
+def _native_library() -> str | None:
+    """The native filters library, built for the Envoy `up` starts on this machine, which
+    names it in its bootstrap (docs/native-filters.md); None if gcc cannot build it."""
+    try:
+        return str(build(MODULE))
+    except NativeBuildError as error:
+        log.warning("native filters not built, Envoy's own filters instead: %s", error)
+        return None
 
 
 def _control_plane_spec(

@@ -426,15 +426,17 @@ def test_errors_and_warnings_both_land_in_config_error() -> None:
 
 
 @pytest.mark.parametrize("module", ["libsluicegate_native.so", "./lib.so", "on", ""])
-def test_native_filters_module_is_off_auto_or_an_absolute_path(module: str) -> None:
+def test_native_filters_module_is_node_off_auto_or_an_absolute_path(module: str) -> None:
     """A relative path would be read from whatever directory Envoy started in."""
     text = MINIMAL + f"native_filters:\n  module: '{module}'\n"
     problem = only(problems_of(text))
     assert (problem.line, problem.key_path) == (14, "native_filters.module")
-    assert "'off' or 'auto' or an absolute file path" in problem.message
+    assert "'node' or 'off' or 'auto' or an absolute file path" in problem.message
 
 
-@pytest.mark.parametrize("module", ["off", "auto", "/opt/sluicegate/libsluicegate_native.so"])
+@pytest.mark.parametrize(
+    "module", ["node", "off", "auto", "/opt/sluicegate/libsluicegate_native.so"]
+)
 def test_native_filters_module_accepts(module: str) -> None:
     text = MINIMAL + f"native_filters: {{module: '{module}'}}\n"
     assert load_config_text(text, "mem.yaml").native_filters.module == module
@@ -447,5 +449,6 @@ def test_native_filters_module_off_may_be_unquoted(written: str) -> None:
     assert load_config_text(text, "mem.yaml").native_filters.module == "off"
 
 
-def test_native_filters_are_off_by_default() -> None:
-    assert load_config_text(MINIMAL, "mem.yaml").native_filters.module == "off"
+def test_native_filters_are_each_envoys_own_by_default() -> None:
+    """`node`: each Envoy the library its bootstrap names (stack/native_nodes.py)."""
+    assert load_config_text(MINIMAL, "mem.yaml").native_filters.module == "node"

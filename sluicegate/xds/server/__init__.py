@@ -38,7 +38,7 @@ from sluicegate.xds.resource import (
     ROUTE,
     SECRET,
 )
-from sluicegate.xds.server.cache import SnapshotCache
+from sluicegate.xds.server.cache import NodeClasses, SnapshotCache
 from sluicegate.xds.server.consistency import (
     InconsistentSnapshot,
     MissingReference,
@@ -64,6 +64,7 @@ __all__ = [
     "InconsistentSnapshot",
     "MissingReference",
     "NackRecord",
+    "NodeClasses",
     "NodeStatus",
     "ResourceEntry",
     "Snapshot",

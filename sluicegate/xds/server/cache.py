@@ -1,6 +1,10 @@
 """The current snapshot(s) and the streams waiting for them to change.
 
-One snapshot serves every node; a node id may have its own override. Setting
+One snapshot serves every node, but for two kinds of exception. A node *class*
+has a snapshot of its own: the cache's `NodeClasses` (given by its owner, the control
+plane) puts each node in a class, or in none, from what the node says of itself when
+it connects (its `Node` message: id, cluster, metadata), and makes a class's snapshot
+the first time a node of it connects. And a node id may have its own override. Setting
 a snapshot wakes only the streams it concerns, by a flag and one queue put
 each: no polling, so thousands of idle streams cost nothing.
 
@@ -15,7 +19,7 @@ caller that wants to know before changing its own state can call
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 from sluicegate.xds.server.consistency import (
     ConsistencyCheck,
@@ -34,12 +38,31 @@ class Watcher(Protocol):
     def snapshot_changed(self) -> None: ...
 
 
+class NodeClasses(Protocol):
+    """Sorts nodes into classes served snapshots of their own; the cache asks it."""
+
+    def class_of(self, node: Any) -> str | None:
+        """The class of a node (its `config.core.v3.Node`), or None for the default."""
+        ...
+
+    def snapshot_of(self, node_class: str) -> Snapshot | None:
+        """The snapshot a class's nodes get now (None: the default, as yet)."""
+        ...
+
+    def nacked(self, node_id: str, node_class: str, type_url: str, message: str) -> None:
+        """A node of `node_class` rejected a `type_url` response with `message`."""
+        ...
+
+
 class SnapshotCache:
     """Holds snapshots and the status of connected nodes."""
 
     def __init__(self) -> None:
         self._default: Snapshot | None = None
         self._overrides: dict[str, Snapshot] = {}
+        self._classes: NodeClasses | None = None
+        self._class_snapshots: dict[str, Snapshot] = {}
+        self._class_of: dict[str, str] = {}  # node id -> its class (none: the default)
         self._watchers: dict[str, set[Watcher]] = {}
         self._check = ConsistencyCheck()
         #: Content version of the last snapshot found consistent (checked once).
@@ -47,12 +70,72 @@ class SnapshotCache:
         self.ads_status = AdsStatus()
 
     def get_snapshot(self, node_id: str | None = None) -> Snapshot | None:
-        """The snapshot a node gets: its override, else the default."""
+        """The snapshot a node gets: its override, else its class's, else the default."""
         if node_id is not None:
             found = self._overrides.get(node_id)
             if found is not None:
                 return found
+            node_class = self._class_of.get(node_id)
+            if node_class is not None:
+                found = self._class_snapshots.get(node_class)
+                if found is not None:
+                    return found
         return self._default
+
+    def sort_nodes_by(self, classes: NodeClasses) -> None:
+        """Put nodes that connect from now on in the classes `classes` gives them."""
+        self._classes = classes
+
+    def identify(self, node: Any) -> str | None:
+        """A stream's node (its `Node` message) connected: put it in its class, making
+        the class's snapshot if it is the class's first node. Returns the class."""
+        node_class = None if self._classes is None else self._classes.class_of(node)
+        if node_class is None:
+            self._class_of.pop(node.id, None)
+        else:
+            self._class_of[node.id] = node_class
+            if node_class not in self._class_snapshots and self._classes is not None:
+                made = self._classes.snapshot_of(node_class)
+                if made is not None:
+                    self._refuse_if_inconsistent(made, None)
+                    self._class_snapshots[node_class] = made
+        return node_class
+
+    def node_class(self, node_id: str) -> str | None:
+        return self._class_of.get(node_id)
+
+    def node_classes(self) -> set[str]:
+        """The classes of the nodes identified so far."""
+        return set(self._class_of.values())
+
+    def set_class_snapshot(self, node_class: str, snapshot: Snapshot) -> None:
+        """Publish a class's snapshot (rules 7 and 14 as in `set_snapshot`)."""
+        before = self._class_snapshots.get(node_class)
+        self._refuse_if_inconsistent(snapshot, None)
+        self._class_snapshots[node_class] = snapshot
+        if before is None or before.version() != snapshot.version():
+            for node, watchers in self._watchers.items():
+                if self._class_of.get(node) == node_class and node not in self._overrides:
+                    _wake(watchers)
+
+    def reclassify(self, node_id: str, node_class: str | None) -> None:
+        """Move a node to another class (None: the default), waking its streams if the
+        snapshot it gets changes."""
+        before = self.get_snapshot(node_id)
+        if node_class is None:
+            self._class_of.pop(node_id, None)
+        else:
+            self._class_of[node_id] = node_class
+        self.ads_status.set_class(node_id, node_class)
+        after = self.get_snapshot(node_id)
+        if after is not None and (before is None or before.version() != after.version()):
+            _wake(self._watchers.get(node_id, ()))
+
+    def nacked(self, node_id: str, type_url: str, message: str) -> None:
+        """A node rejected a response: its class's sorter hears of it."""
+        node_class = self._class_of.get(node_id)
+        if node_class is not None and self._classes is not None:
+            self._classes.nacked(node_id, node_class, type_url, message)
 
     def set_snapshot(self, snapshot: Snapshot, node_id: str | None = None) -> None:
         """Publish a snapshot for every node (node_id None) or for one node.
@@ -69,13 +152,18 @@ class SnapshotCache:
             if old is not None and old.version() == snapshot.version():
                 return
             for node, watchers in self._watchers.items():
-                if node not in self._overrides:
+                if node not in self._overrides and self._own_class(node) is None:
                     _wake(watchers)
         else:
             before = self.get_snapshot(node_id)
             self._overrides[node_id] = snapshot
             if before is None or before.version() != snapshot.version():
                 _wake(self._watchers.get(node_id, ()))
+
+    def _own_class(self, node_id: str) -> str | None:
+        """The node's class, if that class has a snapshot of its own."""
+        node_class = self._class_of.get(node_id)
+        return node_class if node_class in self._class_snapshots else None
 
     def missing_references(self, snapshot: Snapshot) -> list[MissingReference]:
         """Rule 14 without publishing: what `snapshot` lacks (empty if consistent).
@@ -102,9 +190,10 @@ class SnapshotCache:
             raise error
 
     def clear_snapshot(self, node_id: str) -> None:
-        """Drop a node's override; it falls back to the default snapshot."""
+        """Drop a node's override; it falls back to its class's snapshot or the default."""
         old = self._overrides.pop(node_id, None)
-        if old is not None and (self._default is None or old.version() != self._default.version()):
+        new = self.get_snapshot(node_id)
+        if old is not None and (new is None or old.version() != new.version()):
             _wake(self._watchers.get(node_id, ()))
 
     def watch(self, node_id: str, watcher: Watcher) -> None:
@@ -116,6 +205,10 @@ class SnapshotCache:
             watchers.discard(watcher)
             if not watchers:
                 del self._watchers[node_id]
+                # A node that comes back is sorted again; a class no node is in is gone.
+                gone = self._class_of.pop(node_id, None)
+                if gone is not None and gone not in self._class_of.values():
+                    self._class_snapshots.pop(gone, None)
 
     def stream_count(self) -> int:
         """Streams that have identified their node and wait for changes."""

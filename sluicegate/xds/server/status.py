@@ -63,6 +63,8 @@ class NodeStatus:
     disconnected_at: float | None = None
     streams: int = 0
     types: dict[str, TypeStatus] = field(default_factory=dict)
+    #: The class the cache put it in (SnapshotCache.identify), or None.
+    node_class: str | None = None
 
     @property
     def connected(self) -> bool:
@@ -93,6 +95,7 @@ class NodeStatus:
             "connected_since": self.connected_since,
             "disconnected_at": self.disconnected_at,
             "streams": self.streams,
+            "class": self.node_class,
             "acked": self.acked_versions(),
             "sent": {t: s.sent_version for t, s in self.types.items() if s.sent_version},
             "nacks": {t: n.to_dict() for t, n in self.current_nacks().items()},
@@ -133,6 +136,12 @@ class AdsStatus:
         node.cluster = cluster
         node.stream_kind = kind
         return node
+
+    def set_class(self, node_id: str, node_class: str | None) -> None:
+        """The node was put in another class (SnapshotCache.reclassify)."""
+        node = self._nodes.get(node_id)
+        if node is not None:
+            node.node_class = node_class
 
     def disconnect(self, node: NodeStatus) -> None:
         node.streams = max(0, node.streams - 1)

@@ -302,11 +302,14 @@ class AdsStream(abc.ABC):
             log.warning("ADS stream %s: first request carries no node id", self._id)
         self.node_id = node.id
         self.node = self._cache.ads_status.connect(node.id, node.cluster, self.kind)
+        # Its class before anything reads its snapshot: its first answer is its class's.
+        self.node.node_class = self._cache.identify(node)
         self._cache.watch(node.id, self)
         log.info(
-            "node %r (cluster %r) connected: %s stream %s",
+            "node %r (cluster %r%s) connected: %s stream %s",
             node.id,
             node.cluster,
+            "" if self.node.node_class is None else f", class {self.node.node_class!r}",
             self.kind,
             self._id,
         )
@@ -390,6 +393,8 @@ class AdsStream(abc.ABC):
             message,
         )
         self.answered(type_url, pending, accepted=False)
+        if self.node_id is not None:
+            self._cache.nacked(self.node_id, type_url, message)
 
     def note_cluster_changes(self, pending: Pending) -> None:
         """After CDS changed clusters, their endpoints must be sent again (see `resend`)."""

@@ -46,6 +46,7 @@ __all__ = [
     "resource_name",
     "secret_name",
     "translate",
+    "translate_listeners",
 ]
 
 
@@ -69,6 +70,14 @@ def translate(gateway: Gateway, memo: RouteMemo | None = None) -> dict[str, list
     if memo is not None:
         memo.finish()
     return resources
+
+
+def translate_listeners(gateway: Gateway) -> list[Message]:
+    """`translate(gateway)[LISTENER]` alone: the only resources that differ between two
+    gateways that differ only in `native_module`, so an
+    Envoy with the native library is served those (stack/native_nodes.py;
+    tests/stack/test_native_nodes.py checks that nothing else differs)."""
+    return list(build_listeners(gateway))
 
 
 def models_list_json(gateway: Gateway, path_prefix: str | None = None) -> bytes:

@@ -1,0 +1,113 @@
+"""Each Envoy its own native filters library (stack/native_nodes.py): an Envoy whose
+bootstrap names one is served listeners that load it, the others Envoy's own filters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+
+from sluicegate.envoy import make_bootstrap
+from sluicegate.stack.control_plane import ControlPlane
+from sluicegate.stack.status_http import status_document
+from sluicegate.xds.resource import LISTENER
+from sluicegate.xds.server import Snapshot, SnapshotCache
+from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER
+from tests.stack.test_control_plane import CONFIG
+
+LIBRARY = "/opt/sluicegate/a/libsluicegate_native.so"
+OTHER = "/opt/sluicegate/b/libsluicegate_native.so"
+
+
+def _plane(tmp_path: Path, extra: str = "", model: str = "m1") -> ControlPlane:
+    path = tmp_path / "sluicegate.yaml"
+    path.write_text(CONFIG.replace("MODEL", model) + extra)
+    plane = ControlPlane(path, SnapshotCache())
+    assert plane.load().ok
+    return plane
+
+
+def _node(node_id: str, library: str | None) -> Any:
+    """The node a bootstrap naming `library` gives Envoy."""
+    node: base_pb2.Node = make_bootstrap(
+        node_id, "sluicegate", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:0", native_module=library
+    ).node
+    return node
+
+
+def _native_paths(snapshot: Snapshot | None) -> list[str]:
+    """The libraries the snapshot's listeners load (one per native filter)."""
+    assert snapshot is not None
+    found = []
+    for listener in snapshot.resources(LISTENER).values():
+        assert isinstance(listener.message, listener_pb2.Listener)
+        manager = hcm_pb2.HttpConnectionManager()
+        assert listener.message.filter_chains[0].filters[-1].typed_config.Unpack(manager)
+        for http_filter in manager.http_filters:
+            if http_filter.name == NATIVE_USAGE_READER_FILTER:
+                found.append(str(http_filter.typed_config))
+    return [path for path in (LIBRARY, OTHER) for text in found if path in text]
+
+
+def test_an_envoy_that_names_its_library_is_served_it_and_the_others_not(tmp_path: Path) -> None:
+    plane = _plane(tmp_path)
+    cache = plane.cache
+    for node_id, library in (("a1", LIBRARY), ("a2", LIBRARY), ("b", OTHER), ("plain", None)):
+        cache.identify(_node(node_id, library))
+    assert _native_paths(cache.get_snapshot("a1")) == [LIBRARY]
+    assert cache.get_snapshot("a2") is cache.get_snapshot("a1")  # one class, one snapshot
+    assert _native_paths(cache.get_snapshot("b")) == [OTHER]
+    assert _native_paths(cache.get_snapshot("plain")) == []
+    assert cache.get_snapshot("plain") is plane.snapshot
+    # Only the listeners differ.
+    native, default = cache.get_snapshot("a1"), plane.snapshot
+    assert native is not None and default is not None
+    differ = {t for t in default.type_urls() if native.version(t) != default.version(t)}
+    assert differ == {LISTENER}
+
+
+def test_a_reload_reaches_every_class_and_another_setting_serves_one_snapshot(
+    tmp_path: Path,
+) -> None:
+    plane = _plane(tmp_path)
+    plane.cache.identify(_node("a", LIBRARY))
+    before = plane.cache.get_snapshot("a")
+    plane.path.write_text(CONFIG.replace("MODEL", "m2"))
+    assert plane.load().ok
+    after = plane.cache.get_snapshot("a")
+    assert after is not None and before is not None and after.version() != before.version()
+    assert _native_paths(after) == [LIBRARY]
+    for setting in ("off", OTHER):
+        plane.path.write_text(
+            CONFIG.replace("MODEL", "m2") + f"native_filters: {{module: {setting}}}\n"
+        )
+        assert plane.load().ok
+        served = plane.cache.get_snapshot("a")
+        assert served is not None and plane.snapshot is not None
+        assert served.version() == plane.snapshot.version()
+        assert _native_paths(served) == ([] if setting == "off" else [OTHER])
+
+
+def test_an_envoy_that_cannot_load_its_library_falls_back_to_envoys_filters(
+    tmp_path: Path,
+) -> None:
+    plane = _plane(tmp_path)
+    cache = plane.cache
+    cache.identify(_node("a", LIBRARY))
+    # A NACK for another reason leaves it be: without the library it would fail alike.
+    cache.nacked("a", LISTENER, "Proto constraint validation failed: port")
+    assert _native_paths(cache.get_snapshot("a")) == [LIBRARY]
+    message = f"Failed to load dynamic module: {LIBRARY}: cannot open shared object file"
+    cache.nacked("a", LISTENER, message)
+    assert cache.get_snapshot("a") is plane.snapshot
+    native = status_document(plane)["native_filters"]
+    assert native["setting"] == "node"
+    assert native["refused"] == [{"node_id": "a", "path": LIBRARY, "message": message}]
+    # Reconnecting, it is not put back in the class it cannot load.
+    assert cache.identify(_node("a", LIBRARY)) is None
+    assert cache.get_snapshot("a") is plane.snapshot

@@ -1,0 +1,116 @@
+"""Node classes: nodes sorted by what they say of themselves get a snapshot of their
+own (SnapshotCache.sort_nodes_by), over both ADS flavours."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from envoy.config.core.v3 import base_pb2
+
+from sluicegate.xds.resource import CLUSTER, LISTENER
+from sluicegate.xds.server import Snapshot
+
+from .helpers import Ads, names_of, snapshot
+
+
+class ByCluster:
+    """Puts a node whose cluster is "special" in class "special"; notes the NACKs."""
+
+    def __init__(self, made: Snapshot | None) -> None:
+        self.made = made
+        self.asked: list[str] = []
+        self.nacks: list[tuple[str, str, str, str]] = []
+
+    def class_of(self, node: Any) -> str | None:
+        return "special" if node.cluster == "special" else None
+
+    def snapshot_of(self, node_class: str) -> Snapshot | None:
+        self.asked.append(node_class)
+        return self.made
+
+    def nacked(self, node_id: str, node_class: str, type_url: str, message: str) -> None:
+        self.nacks.append((node_id, node_class, type_url, message))
+
+
+def _node(node_id: str, cluster: str) -> Any:
+    return base_pb2.Node(id=node_id, cluster=cluster)
+
+
+@pytest.mark.parametrize("flavour", ["sotw", "delta"])
+async def test_a_class_gets_its_own_snapshot_from_its_first_answer(ads: Ads, flavour: str) -> None:
+    classes = ByCluster(snapshot(["special"]))
+    ads.cache.sort_nodes_by(classes)
+    ads.cache.set_snapshot(snapshot(["shared"]))
+    plain, special = (ads.sotw(), ads.sotw()) if flavour == "sotw" else (ads.delta(), ads.delta())
+    names = {"resource_names_subscribe": []} if flavour == "delta" else {}
+    await plain.send(node=_node("p", "plain"), type_url=CLUSTER, **names)
+    await special.send(node=_node("s", "special"), type_url=CLUSTER, **names)
+    assert names_of(await plain.recv()) == ["shared"]
+    assert names_of(await special.recv()) == ["special"]  # never the default first
+    assert classes.asked == ["special"]
+    assert {s.node_id: s.to_dict()["class"] for s in ads.cache.status()} == {
+        "p": None, "s": "special"
+    }  # fmt: skip
+    # The default changing wakes only the default's nodes; the class's, only its own.
+    ads.cache.set_snapshot(snapshot(["shared", "more"]))
+    assert "more" in names_of(await plain.recv())
+    await special.quiet()
+    ads.cache.set_class_snapshot("special", snapshot(["special", "two"]))
+    assert "two" in names_of(await special.recv())
+    await plain.quiet()
+    assert ads.cache.node_classes() == {"special"}
+
+
+async def test_a_class_without_a_snapshot_yet_gets_the_default(ads: Ads) -> None:
+    ads.cache.sort_nodes_by(ByCluster(None))
+    ads.cache.set_snapshot(snapshot(["shared"]))
+    raw = ads.sotw()
+    await raw.send(node=_node("s", "special"), type_url=CLUSTER)
+    first = await raw.recv()
+    assert names_of(first) == ["shared"]
+    await raw.ack(first)
+    ads.cache.set_class_snapshot("special", snapshot(["special"]))
+    assert "special" in names_of(await raw.recv())
+
+
+async def test_a_nack_reaches_the_sorter_and_a_node_moved_to_the_default_gets_it(
+    ads: Ads,
+) -> None:
+    classes = ByCluster(snapshot(["a"], listeners={"special-l": "r"}))
+    ads.cache.sort_nodes_by(classes)
+    ads.cache.set_snapshot(snapshot(["a"], listeners={"l": "r"}))
+    raw = ads.sotw()
+    await raw.send(node=_node("s", "special"), type_url=CLUSTER)
+    await raw.ack(await raw.recv())
+    await raw.send(type_url=LISTENER)
+    rejected = await raw.recv()
+    assert names_of(rejected) == ["special-l"]
+    await raw.send(type_url=LISTENER, response_nonce=rejected.nonce, error="cannot load it")
+    await raw.quiet()
+    assert classes.nacks == [("s", "special", LISTENER, "cannot load it")]
+    ads.cache.reclassify("s", None)
+    assert names_of(await raw.recv()) == ["l"]
+    [status] = ads.cache.status()
+    assert status.node_class is None
+
+
+async def test_a_class_no_node_is_in_is_forgotten(ads: Ads) -> None:
+    classes = ByCluster(snapshot(["special"]))
+    ads.cache.sort_nodes_by(classes)
+    ads.cache.set_snapshot(snapshot(["shared"]))
+    raw = ads.sotw()
+    await raw.send(node=_node("s", "special"), type_url=CLUSTER)
+    assert names_of(await raw.recv()) == ["special"]
+    raw.close()
+    for _ in range(50):
+        if not ads.cache.node_classes():
+            break
+        await asyncio.sleep(0.05)
+    assert ads.cache.node_classes() == set()
+    # The next node of it makes the class's snapshot again (it may have changed).
+    again = ads.sotw()
+    await again.send(node=_node("s2", "special"), type_url=CLUSTER)
+    assert names_of(await again.recv()) == ["special"]
+    assert classes.asked == ["special", "special"]
