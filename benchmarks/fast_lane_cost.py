@@ -161,7 +161,8 @@ def _bootstrap(
         client_keys=resolve_client_keys(config, path, env={}),
         native_module=resolve_module(config.native_filters.module).path,
     )
-    if config.native_filters.module != "off" and gateway.native_module is None:
+    # `node` names no library to Envoys at large; this bootstrap names none either.
+    if config.native_filters.module not in ("off", "node") and gateway.native_module is None:
         raise RuntimeError("the native usage reader's arm: the library could not be built")
     resources = without(translate(gateway), removed, drop_access_log=log_off)
     return static_bootstrap(resources, ext_proc_port=ext_proc)

@@ -231,7 +231,8 @@ def _cmd_hash_key(args: argparse.Namespace) -> int:
 
 def _cmd_native_build(args: argparse.Namespace) -> int:
     """Build the native filters library (gcc) and print its path, for an Envoy on another
-    machine (`native_filters.module: <that path>`; docs/native-filters.md)."""
+    machine (`sluicegate bootstrap --native-module <that path>`, or `native_filters.module:
+    <that path>`; docs/native-filters.md)."""
     from sluicegate.native import MODULE, NativeBuildError, build
 
     try:

@@ -312,10 +312,19 @@ def _admin(address: str) -> bootstrap_pb2.Admin:
     return bootstrap_pb2.Admin(address=socket_address(admin.host, admin.port))
 
 
+# The longest library path a node may name (Linux's PATH_MAX).
+MAX_PATH_CHARS: Final = 4096
+
+
+def _library_path(path: str) -> bool:
+    """An absolute path of printable characters, at most MAX_PATH_CHARS long."""
+    return path.startswith("/") and len(path) <= MAX_PATH_CHARS and path.isprintable()
+
+
 def _node(node_id: str, cluster: str, native_module: str | None) -> base_pb2.Node:
     node = base_pb2.Node(id=node_id, cluster=cluster)
     if native_module is not None:
-        if not native_module.startswith("/"):
+        if not _library_path(native_module):
             raise ValueError(
                 f"the native filters library must be an absolute path: {native_module!r}"
             )
@@ -324,7 +333,9 @@ def _node(node_id: str, cluster: str, native_module: str | None) -> base_pb2.Nod
 
 
 def declared_native_module(node: base_pb2.Node) -> str | None:
-    """The native filters library a node's bootstrap names (`_node`), or None."""
+    """The native filters library a node's bootstrap names (`_node`), or None (also for
+    a value that is not an absolute, printable path of at most MAX_PATH_CHARS: node
+    metadata is what any xDS client says of itself)."""
     fields = node.metadata.fields
     if wire.METADATA_NAMESPACE not in fields:
         return None
@@ -332,7 +343,7 @@ def declared_native_module(node: base_pb2.Node) -> str | None:
     if wire.NODE_NATIVE_MODULE not in ours:
         return None
     path = ours[wire.NODE_NATIVE_MODULE].string_value
-    return path if path.startswith("/") else None
+    return path if _library_path(path) else None
 
 
 def _addresses(value: str | Sequence[str]) -> list[str]:

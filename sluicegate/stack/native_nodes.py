@@ -8,26 +8,35 @@ load that library; an Envoy that names none gets Envoy's own filters
 the snapshot cache (xds.server.NodeClasses) with a snapshot of its own: the default
 snapshot with its listeners translated again for that path (nothing else differs).
 
-An Envoy that rejects (NACKs) its class's listeners for a reason that names the library
-(it cannot load it) is moved to Envoy's own filters, and the pair (node, path) is
-remembered as refused for as long as the control plane runs: so a wrong path costs one
-NACK, never an Envoy without listeners. With any other setting every Envoy gets the
+An Envoy that rejects (NACKs) its class's listeners because it cannot load a dynamic
+module is moved to Envoy's own filters, and the pair (node, path) is remembered as
+refused until that node id connects again with no stream left open (a new Envoy
+process, which is given its library again): so a wrong path costs one NACK an Envoy
+start, never an Envoy without listeners. With any other setting every Envoy gets the
 default snapshot, which names the library the setting names, or none.
+
+Node metadata is what any xDS client says of itself, so it is bounded: a path must be
+absolute, printable and at most MAX_PATH_CHARS long (envoy.declared_native_module), and
+at most MAX_LIBRARIES distinct libraries get classes (each costs a translation of the
+listeners on every change); a node naming another beyond them gets Envoy's own filters.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Final
 
 from sluicegate.config import NATIVE_NODE
 from sluicegate.envoy import declared_native_module
 from sluicegate.model import Gateway
-from sluicegate.xds.server import LISTENER, Snapshot, SnapshotCache
+from sluicegate.xds.server import LISTENER, InconsistentSnapshot, Snapshot, SnapshotCache
 from sluicegate.xds.translate import translate_listeners
 
 log = logging.getLogger("sluicegate.control_plane")
+
+MAX_LIBRARIES: Final = 16
+MAX_REFUSED: Final = 1024
 
 
 class NativeNodes:
@@ -48,16 +57,32 @@ class NativeNodes:
         (native_filters.module): publish every class's."""
         self._base = (snapshot, model)
         self._setting = setting
-        for path in sorted(self._cache.node_classes()):
+        classes = self._cache.node_classes()
+        for gone in set(self._listeners) - classes:
+            del self._listeners[gone]
+        for path in sorted(classes):
             made = self.snapshot_of(path)
-            if made is not None:
+            if made is None:
+                continue
+            try:
                 self._cache.set_class_snapshot(path, made)
+            except InconsistentSnapshot as error:  # as the default was not: not expected
+                log.error("native filters: the listeners for %r not published: %s", path, error)
 
     # ----- NodeClasses ---------------------------------------------------------------
 
-    def class_of(self, node: Any) -> str | None:
+    def class_of(self, node: Any, first: bool) -> str | None:
         path = declared_native_module(node)
-        if path is None or (node.id, path) in self.refused:
+        if path is None:
+            return None
+        if first:
+            self.refused.pop((node.id, path), None)  # a new Envoy process, maybe fixed
+        if (node.id, path) in self.refused:
+            return None
+        known = self._cache.node_classes()
+        if path not in known and len(known) >= MAX_LIBRARIES:
+            log.warning("node %r names a native filters library beyond the %d served: "
+                        "Envoy's own filters for it", node.id, MAX_LIBRARIES)  # fmt: skip
             return None
         return path
 
@@ -79,19 +104,21 @@ class NativeNodes:
     def nacked(self, node_id: str, node_class: str, type_url: str, message: str) -> None:
         if type_url != LISTENER or self._setting != NATIVE_NODE:
             return
-        if node_class not in message and "dynamic module" not in message.lower():
-            return  # not the library: the same listeners without it would fail alike
+        # Envoy 1.40: "Failed to load dynamic module: <path> : <dlopen's words>". Any
+        # other reason would fail the listeners without the library alike.
+        if "failed to load dynamic module" not in message.lower():
+            return
+        if len(self.refused) >= MAX_REFUSED:
+            self.refused.pop(next(iter(self.refused)))
         self.refused[(node_id, node_class)] = message
         log.warning(
-            "node %s cannot load the native filters library its bootstrap names (%s): "
-            "Envoy's own filters for it from now on. Envoy said: %s",
+            "node %r cannot load the native filters library its bootstrap names (%r): "
+            "Envoy's own filters for it until it reconnects. Envoy said: %r",
             node_id, node_class, message,
         )  # fmt: skip
         self._cache.reclassify(node_id, None)
 
-    def status(self) -> dict[str, Any]:
-        """For /status: each connected Envoy's library, and the libraries refused."""
-        nodes = {n.node_id: n.node_class for n in self._cache.status()}
-        refused = [{"node_id": node, "path": path, "message": message}
-                   for (node, path), message in sorted(self.refused.items())]  # fmt: skip
-        return {"nodes": nodes, "refused": refused}
+    def refused_status(self) -> list[dict[str, str]]:
+        """For /status: the libraries Envoys could not load (node, path, Envoy's words)."""
+        return [{"node_id": node, "path": path, "message": message}
+                for (node, path), message in sorted(self.refused.items())]  # fmt: skip

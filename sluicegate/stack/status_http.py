@@ -191,7 +191,7 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
             "setting": cp.native.setting,
             "path": cp.native.path,
             "why": cp.native.why,
-            "refused": cp.native_nodes.status()["refused"],
+            "refused": cp.native_nodes.refused_status(),
         },
         "routing": routing_document(cp.latency.report()),
         "lanes": lanes_document(cp.lanes.report()),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluicegate.config import (
+    NATIVE_NODE,
     Config,
     ConfigError,
     load_config,
@@ -117,12 +118,18 @@ async def _run_locked(
         _main_ext_proc_spec(path, addresses.ext_proc, ext_proc_http, work_dir),
         *replica_specs(path, addresses.ext_proc_replicas, work_dir, sockets),
     ]
+    # gcc takes about a second the first time: not on the event loop.
+    native_module = (
+        await asyncio.to_thread(_native_library)
+        if options.start_envoy and config.native_filters.module == NATIVE_NODE
+        else None
+    )
     # Envoy last, once `up`'s endpoint answers: /status works whenever the gateway does.
     envoy = [
         envoy_spec(work_dir, node_id=options.node_id, xds=addresses.xds,
                    ext_proc_servers=list(addresses.ext_proc_servers),
                    admin=addresses.envoy_admin, ads_mode=options.ads_mode,
-                   concurrency=options.envoy_concurrency, native_module=_native_library())
+                   concurrency=options.envoy_concurrency, native_module=native_module)
     ] if options.start_envoy else []  # fmt: skip
     recorded = recorded_children(work_dir)
     # What stack.json must keep naming until each is adopted, stopped or gone: were
@@ -205,7 +212,10 @@ def _sluicegate(*args: str) -> list[str]:
 
 def _native_library() -> str | None:
     """The native filters library, built for the Envoy `up` starts on this machine, which
-    names it in its bootstrap (docs/native-filters.md); None if gcc cannot build it."""
+    names it in its bootstrap (native_filters.module: node; docs/native-filters.md); None
+    if gcc cannot build it. Only with `node`: `auto` and a path name theirs to every
+    Envoy, and `off` none (the bootstrap is written at `up`'s start: a reload to `node`
+    finds `up`'s Envoy naming none)."""
     try:
         return str(build(MODULE))
     except NativeBuildError as error:

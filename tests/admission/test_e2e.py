@@ -43,6 +43,9 @@ def document(tmp: Path) -> dict[str, Any]:
         "sluicegate": own_addresses(),
         # Short: a queued request lives on the server's override_message_timeout.
         "limits": {"ext_proc_message_timeout_ms": 1000},
+        # Envoy's own usage readers, whose stats a test reads (json_to_metadata's); the
+        # native reader's share is tests/e2e/test_native_usage_reader.py's.
+        "native_filters": {"module": "off"},
         "admission": {
             "priority_classes": [
                 {"name": "interactive", "max_queue": 16, "max_wait": "5s"},

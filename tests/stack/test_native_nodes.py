@@ -14,6 +14,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from sluicegate.envoy import make_bootstrap
 from sluicegate.stack.control_plane import ControlPlane
+from sluicegate.stack.native_nodes import MAX_LIBRARIES
 from sluicegate.stack.status_http import status_document
 from sluicegate.xds.resource import LISTENER
 from sluicegate.xds.server import Snapshot, SnapshotCache
@@ -108,6 +109,23 @@ def test_an_envoy_that_cannot_load_its_library_falls_back_to_envoys_filters(
     native = status_document(plane)["native_filters"]
     assert native["setting"] == "node"
     assert native["refused"] == [{"node_id": "a", "path": LIBRARY, "message": message}]
-    # Reconnecting, it is not put back in the class it cannot load.
-    assert cache.identify(_node("a", LIBRARY)) is None
-    assert cache.get_snapshot("a") is plane.snapshot
+    # Another stream of the same Envoy is not put back in the class it cannot load...
+    assert plane.native_nodes.class_of(_node("a", LIBRARY), first=False) is None
+    # ... a new Envoy process (no stream of the node left) is given its library again.
+    assert plane.native_nodes.class_of(_node("a", LIBRARY), first=True) == LIBRARY
+    assert status_document(plane)["native_filters"]["refused"] == []
+
+
+def test_node_metadata_is_bounded(tmp_path: Path) -> None:
+    """Node metadata is what any xDS client says: a path must be absolute and printable,
+    and only so many libraries get classes (each is translated on every change)."""
+    plane = _plane(tmp_path)
+    nodes = plane.native_nodes
+    for bad in ("lib.so", "/a\nb.so", "/" + "x" * 5000):
+        node = _node("x", None)
+        node.metadata.update({"sluicegate": {"native_module": bad}})
+        assert nodes.class_of(node, first=True) is None
+    for index in range(MAX_LIBRARIES):
+        assert plane.cache.identify(_node(f"n{index}", f"/lib/{index}.so")) == f"/lib/{index}.so"
+    assert plane.cache.identify(_node("late", "/lib/late.so")) is None
+    assert plane.cache.identify(_node("again", "/lib/0.so")) == "/lib/0.so"

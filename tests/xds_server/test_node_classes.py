@@ -23,7 +23,7 @@ class ByCluster:
         self.asked: list[str] = []
         self.nacks: list[tuple[str, str, str, str]] = []
 
-    def class_of(self, node: Any) -> str | None:
+    def class_of(self, node: Any, first: bool) -> str | None:
         return "special" if node.cluster == "special" else None
 
     def snapshot_of(self, node_class: str) -> Snapshot | None:
@@ -114,3 +114,33 @@ async def test_a_class_no_node_is_in_is_forgotten(ads: Ads) -> None:
     await again.send(node=_node("s2", "special"), type_url=CLUSTER)
     assert names_of(await again.recv()) == ["special"]
     assert classes.asked == ["special", "special"]
+
+
+async def test_a_class_its_last_node_left_is_made_afresh_for_the_next(ads: Ads) -> None:
+    """A node moved out of its class leaves no snapshot behind that nobody publishes."""
+    classes = ByCluster(snapshot(["special"]))
+    ads.cache.sort_nodes_by(classes)
+    ads.cache.set_snapshot(snapshot(["shared"]))
+    first = ads.sotw()
+    await first.send(node=_node("a", "special"), type_url=CLUSTER)
+    assert names_of(await first.recv()) == ["special"]
+    ads.cache.reclassify("a", None)
+    assert "shared" in names_of(await first.recv())
+    assert ads.cache.node_classes() == set()
+    classes.made = snapshot(["special", "newer"])
+    second = ads.sotw()
+    await second.send(node=_node("b", "special"), type_url=CLUSTER)
+    assert sorted(names_of(await second.recv())) == ["newer", "special"]
+    assert classes.asked == ["special", "special"]
+
+
+async def test_a_second_stream_of_a_node_that_says_otherwise_moves_the_node(ads: Ads) -> None:
+    ads.cache.sort_nodes_by(ByCluster(snapshot(["special"])))
+    ads.cache.set_snapshot(snapshot(["shared"]))
+    first = ads.sotw()
+    await first.send(node=_node("n", "plain"), type_url=CLUSTER)
+    await first.ack(await first.recv())
+    second = ads.sotw()
+    await second.send(node=_node("n", "special"), type_url=CLUSTER)
+    assert names_of(await second.recv()) == ["special"]
+    assert "special" in names_of(await first.recv())  # woken: its node moved

@@ -41,8 +41,9 @@ class Watcher(Protocol):
 class NodeClasses(Protocol):
     """Sorts nodes into classes served snapshots of their own; the cache asks it."""
 
-    def class_of(self, node: Any) -> str | None:
-        """The class of a node (its `config.core.v3.Node`), or None for the default."""
+    def class_of(self, node: Any, first: bool) -> str | None:
+        """The class of a node (its `config.core.v3.Node`), or None for the default;
+        `first`: no other stream of its node id is connected (a new process, maybe)."""
         ...
 
     def snapshot_of(self, node_class: str) -> Snapshot | None:
@@ -88,21 +89,20 @@ class SnapshotCache:
 
     def identify(self, node: Any) -> str | None:
         """A stream's node (its `Node` message) connected: put it in its class, making
-        the class's snapshot if it is the class's first node. Returns the class."""
-        node_class = None if self._classes is None else self._classes.class_of(node)
-        if node_class is None:
-            self._class_of.pop(node.id, None)
-        else:
-            self._class_of[node.id] = node_class
-            if node_class not in self._class_snapshots and self._classes is not None:
-                made = self._classes.snapshot_of(node_class)
-                if made is not None:
-                    self._refuse_if_inconsistent(made, None)
-                    self._class_snapshots[node_class] = made
+        the class's snapshot if it is the class's first node, and return the class. A
+        node id already connected whose new stream says otherwise moves, streams and all.
+        """
+        if self._classes is None:
+            return None
+        first = node.id not in self._watchers
+        node_class = self._classes.class_of(node, first)
+        if node_class is not None and node_class not in self._class_snapshots:
+            made = self._classes.snapshot_of(node_class)
+            if made is not None:
+                self._refuse_if_inconsistent(made, None, node_class)
+                self._class_snapshots[node_class] = made
+        self.reclassify(node.id, node_class)
         return node_class
-
-    def node_class(self, node_id: str) -> str | None:
-        return self._class_of.get(node_id)
 
     def node_classes(self) -> set[str]:
         """The classes of the nodes identified so far."""
@@ -111,7 +111,7 @@ class SnapshotCache:
     def set_class_snapshot(self, node_class: str, snapshot: Snapshot) -> None:
         """Publish a class's snapshot (rules 7 and 14 as in `set_snapshot`)."""
         before = self._class_snapshots.get(node_class)
-        self._refuse_if_inconsistent(snapshot, None)
+        self._refuse_if_inconsistent(snapshot, None, node_class)
         self._class_snapshots[node_class] = snapshot
         if before is None or before.version() != snapshot.version():
             for node, watchers in self._watchers.items():
@@ -120,12 +120,14 @@ class SnapshotCache:
 
     def reclassify(self, node_id: str, node_class: str | None) -> None:
         """Move a node to another class (None: the default), waking its streams if the
-        snapshot it gets changes."""
+        snapshot it gets changes. A class left without nodes is forgotten: its snapshot
+        is no longer published, so the next node of it must not be served a stale one."""
         before = self.get_snapshot(node_id)
-        if node_class is None:
-            self._class_of.pop(node_id, None)
-        else:
+        left = self._class_of.pop(node_id, None)
+        if node_class is not None:
             self._class_of[node_id] = node_class
+        if left is not None and left != node_class and left not in self._class_of.values():
+            self._class_snapshots.pop(left, None)
         self.ads_status.set_class(node_id, node_class)
         after = self.get_snapshot(node_id)
         if after is not None and (before is None or before.version() != after.version()):
@@ -178,8 +180,14 @@ class SnapshotCache:
             self._consistent_version = snapshot.version()
         return missing
 
-    def _refuse_if_inconsistent(self, snapshot: Snapshot, node_id: str | None) -> None:
-        current = self.get_snapshot(node_id)
+    def _refuse_if_inconsistent(
+        self, snapshot: Snapshot, node_id: str | None, node_class: str | None = None
+    ) -> None:
+        current = (
+            self.get_snapshot(node_id)
+            if node_class is None
+            else self._class_snapshots.get(node_class)
+        )
         if current is not None and current.version() == snapshot.version():
             return  # same content as one already checked
         missing = self.missing_references(snapshot)
@@ -206,9 +214,7 @@ class SnapshotCache:
             if not watchers:
                 del self._watchers[node_id]
                 # A node that comes back is sorted again; a class no node is in is gone.
-                gone = self._class_of.pop(node_id, None)
-                if gone is not None and gone not in self._class_of.values():
-                    self._class_snapshots.pop(gone, None)
+                self.reclassify(node_id, None)
 
     def stream_count(self) -> int:
         """Streams that have identified their node and wait for changes."""

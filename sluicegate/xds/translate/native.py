@@ -11,7 +11,8 @@ Envoy 1.40's DynamicModuleFilter takes its module by `module.local.filename` (an
 path; `inline_bytes` is refused), and the venv's protos (xds-protos 1.85) lack that field,
 so the config goes as an `xds.type.v3.TypedStruct` of the message, as record_log.py does.
 Envoy refuses a whole listener whose module it cannot load: the translator names the
-library only when the control plane was told Envoy has it (native_filters.module).
+library only when the control plane was told Envoy has it (native_filters.module, or
+with `node` the Envoy's own bootstrap: stack/native_nodes.py).
 """
 
 from __future__ import annotations
