@@ -137,6 +137,26 @@ def test_the_native_filters_line() -> None:
     assert row(lines, "native filters") == ["native filters", "/opt/lib.so (named)"]
 
 
+def test_each_envoys_library_its_own_versions_and_the_refused() -> None:
+    """With `node`: an Envoy in a class is named with its library and compared with the
+    versions it is served, not the default's; a library an Envoy could not load is listed."""
+    doc = document()
+    doc["native_filters"] = {
+        "setting": "node", "path": None, "why": "each Envoy's own",
+        "refused": [{"node_id": "side-2", "path": "/x/lib.so", "message": "Failed to load"}],
+    }  # fmt: skip
+    node = doc["nodes"][0]
+    node["class"] = "/opt/a/lib.so"
+    node["acked"][LISTENER] = "l-native"
+    node["serving"] = {CLUSTER: "c1", LISTENER: "l-native"}
+    text = render_status(doc, NOW)
+    config = section(text, "Config")
+    assert row(config, "refused") == ["refused", "side-2: /x/lib.so (Failed to load)"]
+    envoys = section(text, "Envoys")
+    assert "gateway-1 (native filters: /opt/a/lib.so)" in [line.strip() for line in envoys]
+    assert row(envoys, "Listener")[1] == "l-native"  # not "(serving l2)": it is served its own
+
+
 def test_a_failed_reload_lists_its_problems_and_is_a_problem() -> None:
     doc = document()
     doc["drained"] = ["beta"]
