@@ -15,6 +15,13 @@ process, which is given its library again): so a wrong path costs one NACK an En
 start, never an Envoy without listeners. With any other setting every Envoy gets the
 default snapshot, which names the library the setting names, or none.
 
+An Envoy that restarts again and again while it loads its library may be crashing in it
+(a crash in a module takes Envoy down, and `up` restarts it on the same configuration):
+a node id that connects anew (no stream of it left open) CRASH_STARTS times within
+CRASH_WINDOW_S, in the class of its library, gets Envoy's own filters for CRASH_HOLD_S,
+whatever the cause of its restarts (the safe side: Envoy's filters do what the library
+does, at a higher cost).
+
 Node metadata is what any xDS client says of itself, so it is bounded: a path must be
 absolute, printable and at most MAX_PATH_CHARS long (envoy.declared_native_module), and
 at most MAX_LIBRARIES distinct libraries get classes (each costs a translation of the
@@ -25,6 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
 from sluicegate.config import NATIVE_NODE
@@ -37,6 +47,11 @@ log = logging.getLogger("sluicegate.control_plane")
 
 MAX_LIBRARIES: Final = 16
 MAX_REFUSED: Final = 1024
+# Four starts in a minute (three restarts: `up`'s backoff restarts a crashing Envoy
+# within a second or two) and the library is held off for an hour.
+CRASH_STARTS: Final = 4
+CRASH_WINDOW_S: Final = 60.0
+CRASH_HOLD_S: Final = 3600.0
 
 
 class NativeNodes:
@@ -48,8 +63,14 @@ class NativeNodes:
         self._base: tuple[Snapshot, Gateway] | None = None
         # path -> (the default's listener version it was made from, its listeners)
         self._listeners: dict[str, tuple[str, Snapshot]] = {}
-        # (node id, path) -> the NACK that made the node fall back to Envoy's filters
+        # (node id, path) -> why the node fell back to Envoy's filters (Envoy's NACK, or
+        # its restarts), for /status
         self.refused: dict[tuple[str, str], str] = {}
+        # (node id, path) -> until when its restarts hold the library off (monotonic s)
+        self._held: dict[tuple[str, str], float] = {}
+        # (node id, path) -> when it connected anew lately, in its library's class
+        self._starts: dict[tuple[str, str], deque[float]] = {}
+        self._clock: Callable[[], float] = time.monotonic
         cache.sort_nodes_by(self)
 
     def publish(self, snapshot: Snapshot, model: Gateway, setting: str) -> None:
@@ -75,9 +96,12 @@ class NativeNodes:
         path = declared_native_module(node)
         if path is None:
             return None
-        if first:
-            self.refused.pop((node.id, path), None)  # a new Envoy process, maybe fixed
-        if (node.id, path) in self.refused:
+        key = (node.id, path)
+        if first and not self._held_off(key):
+            self.refused.pop(key, None)  # a new Envoy process, maybe fixed
+            if self._setting == NATIVE_NODE and self._restarting(key):
+                return None
+        if key in self.refused:
             return None
         known = self._cache.node_classes()
         if path not in known and len(known) >= MAX_LIBRARIES:
@@ -85,6 +109,38 @@ class NativeNodes:
                         "Envoy's own filters for it", node.id, MAX_LIBRARIES)  # fmt: skip
             return None
         return path
+
+    def _held_off(self, key: tuple[str, str]) -> bool:
+        until = self._held.get(key)
+        if until is not None and until <= self._clock():
+            del self._held[key]
+            self.refused.pop(key, None)
+            return False
+        return until is not None
+
+    def _restarting(self, key: tuple[str, str]) -> bool:
+        """Note a fresh start of `key`; True (and the library held off) at CRASH_STARTS
+        within CRASH_WINDOW_S."""
+        now = self._clock()
+        if key not in self._starts and len(self._starts) >= MAX_REFUSED:
+            self._starts.pop(next(iter(self._starts)))
+        starts = self._starts.setdefault(key, deque(maxlen=CRASH_STARTS))
+        starts.append(now)
+        if len(starts) < CRASH_STARTS or now - starts[0] > CRASH_WINDOW_S:
+            return False
+        del self._starts[key]
+        self._held[key] = now + CRASH_HOLD_S
+        why = (f"connected anew {CRASH_STARTS} times within {CRASH_WINDOW_S:g} s with this "
+               f"library: Envoy's own filters for {CRASH_HOLD_S:g} s")  # fmt: skip
+        self._refuse(key, why)
+        log.warning("node %r restarts again and again with the native filters library %r: "
+                    "Envoy's own filters for it for %g s", *key, CRASH_HOLD_S)  # fmt: skip
+        return True
+
+    def _refuse(self, key: tuple[str, str], why: str) -> None:
+        if key not in self.refused and len(self.refused) >= MAX_REFUSED:
+            self.refused.pop(next(iter(self.refused)))
+        self.refused[key] = why
 
     def snapshot_of(self, node_class: str) -> Snapshot | None:
         if self._base is None:
@@ -108,9 +164,7 @@ class NativeNodes:
         # other reason would fail the listeners without the library alike.
         if "failed to load dynamic module" not in message.lower():
             return
-        if len(self.refused) >= MAX_REFUSED:
-            self.refused.pop(next(iter(self.refused)))
-        self.refused[(node_id, node_class)] = message
+        self._refuse((node_id, node_class), message)
         log.warning(
             "node %r cannot load the native filters library its bootstrap names (%r): "
             "Envoy's own filters for it until it reconnects. Envoy said: %r",

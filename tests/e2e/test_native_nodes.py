@@ -7,6 +7,8 @@ load is moved to Envoy's own filters after one NACK, and serves."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from sluicegate.envoy import EnvoyProcess, make_bootstrap
+from sluicegate.stack.native_nodes import CRASH_STARTS
 from sluicegate.testing import quickstart_on_free_ports
 from sluicegate.xds.resource import LISTENER
 from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER
@@ -74,3 +77,35 @@ def test_up_serves_its_envoy_its_library_and_an_envoy_that_cannot_load_one_falls
         # up's Envoy kept its own all along.
         dump = stack.admin_json("/config_dump?resource=dynamic_listeners")
         assert _http_filters(dump) == [NATIVE_USAGE_READER_FILTER]
+
+
+def test_an_envoy_that_dies_again_and_again_is_given_envoys_own_filters(tmp_path: Path) -> None:
+    """A crash in the library takes Envoy down, and `up` starts it again on the same
+    config; CRASH_STARTS starts within CRASH_WINDOW_S and the control plane serves it
+    Envoy's own filters (here the Envoy is killed: the control plane cannot tell)."""
+    doc = quickstart_on_free_ports(tmp_path)
+    with running_stack(tmp_path, doc) as stack:
+        node_id = stack.admin_json("/server_info")["node"]["id"]
+
+        def connected_since() -> float:
+            nodes = {n["node_id"]: n for n in stack.status()["nodes"]}
+            node = nodes.get(node_id, {})
+            return float(node.get("connected_since") or 0) if node.get("connected") else 0.0
+
+        for _ in range(CRASH_STARTS - 1):
+            before = connected_since()
+            assert before
+            (envoy,) = [p for p in stack.status()["processes"] if p["kind"] == "envoy"]
+            os.kill(envoy["pid"], signal.SIGKILL)
+            assert _until(lambda since=before: connected_since() > since), stack.log()[-3000:]
+
+        def envoys_own() -> bool:
+            dump = stack.admin_json("/config_dump?resource=dynamic_listeners")
+            return _http_filters(dump) == [JSON_TO_METADATA_FILTER]
+
+        assert _until(envoys_own), stack.log()[-3000:]
+        [refused] = stack.status()["native_filters"]["refused"]
+        assert refused["node_id"] == node_id and "connected anew" in refused["message"]
+        chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+        answer = post_chat(stack, chat, {"authorization": "Bearer sk-sluicegate-demo"})
+        assert answer.status == 200, answer.text

@@ -14,7 +14,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from sluicegate.envoy import make_bootstrap
 from sluicegate.stack.control_plane import ControlPlane
-from sluicegate.stack.native_nodes import MAX_LIBRARIES
+from sluicegate.stack.native_nodes import CRASH_HOLD_S, CRASH_STARTS, CRASH_WINDOW_S, MAX_LIBRARIES
 from sluicegate.stack.status_http import status_document
 from sluicegate.xds.resource import LISTENER
 from sluicegate.xds.server import Snapshot, SnapshotCache
@@ -129,3 +129,32 @@ def test_node_metadata_is_bounded(tmp_path: Path) -> None:
         assert plane.cache.identify(_node(f"n{index}", f"/lib/{index}.so")) == f"/lib/{index}.so"
     assert plane.cache.identify(_node("late", "/lib/late.so")) is None
     assert plane.cache.identify(_node("again", "/lib/0.so")) == "/lib/0.so"
+
+
+def test_an_envoy_that_restarts_again_and_again_is_held_to_envoys_filters(
+    tmp_path: Path,
+) -> None:
+    """A crash in the library takes Envoy down and `up` starts it again on the same
+    config: CRASH_STARTS fresh connections within CRASH_WINDOW_S hold the library off
+    for CRASH_HOLD_S, fresh connections or not; then it is given again."""
+    plane = _plane(tmp_path)
+    nodes = plane.native_nodes
+    now = [1000.0]
+    nodes._clock = lambda: now[0]
+    spaced = [nodes.class_of(_node("a", LIBRARY), first=True) for _ in range(CRASH_STARTS - 1)]
+    now[0] += CRASH_WINDOW_S + 1  # a slow restart: the count starts over
+    assert spaced == [LIBRARY] * (CRASH_STARTS - 1)
+    assert nodes.class_of(_node("a", LIBRARY), first=True) == LIBRARY
+    # Another stream of the same process is no start.
+    assert nodes.class_of(_node("a", LIBRARY), first=False) == LIBRARY
+    # With the start after the gap, CRASH_STARTS within the window: held at the last.
+    quick = [nodes.class_of(_node("a", LIBRARY), first=True) for _ in range(CRASH_STARTS - 1)]
+    assert quick == [LIBRARY] * (CRASH_STARTS - 2) + [None]
+    [refused] = status_document(plane)["native_filters"]["refused"]
+    assert refused["path"] == LIBRARY and "connected anew" in refused["message"]
+    now[0] += CRASH_HOLD_S - 1
+    assert nodes.class_of(_node("a", LIBRARY), first=True) is None  # still held
+    assert nodes.class_of(_node("b", LIBRARY), first=True) == LIBRARY  # others are not
+    now[0] += 2
+    assert nodes.class_of(_node("a", LIBRARY), first=True) == LIBRARY
+    assert status_document(plane)["native_filters"]["refused"] == []
