@@ -16,7 +16,7 @@ from sluicegate.envoy import make_bootstrap
 from sluicegate.stack.control_plane import ControlPlane
 from sluicegate.stack.native_nodes import CRASH_HOLD_S, CRASH_STARTS, CRASH_WINDOW_S, MAX_LIBRARIES
 from sluicegate.stack.status_http import status_document
-from sluicegate.xds.resource import LISTENER
+from sluicegate.xds.resource import ENDPOINT, LISTENER
 from sluicegate.xds.server import Snapshot, SnapshotCache
 from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER
 from tests.stack.test_control_plane import CONFIG
@@ -158,3 +158,34 @@ def test_an_envoy_that_restarts_again_and_again_is_held_to_envoys_filters(
     now[0] += 2
     assert nodes.class_of(_node("a", LIBRARY), first=True) == LIBRARY
     assert status_document(plane)["native_filters"]["refused"] == []
+
+
+def test_a_weight_tick_reaches_every_class(tmp_path: Path, monkeypatch: Any) -> None:
+    """The latency router's pushes (only endpoints change) reach the Envoys with their own
+    library too, their listeners kept."""
+    latency_route = CONFIG.replace(
+        "backends: [{provider: alpha}]",
+        "routing: latency, backends: [{provider: alpha, weight: 50}, {provider: beta, weight: 50}]",
+    ).replace(
+        "providers:\n",
+        'providers:\n  - {name: beta, base_url: "http://127.0.0.1:18082/v1"}\n',
+    )  # fmt: skip
+    path = tmp_path / "sluicegate.yaml"
+    path.write_text(latency_route.replace("MODEL", "m1"))
+    plane = ControlPlane(path, SnapshotCache())
+    assert plane.load().ok
+    plane.cache.identify(_node("a", LIBRARY))
+    before = plane.cache.get_snapshot("a")
+    monkeypatch.setattr(plane.latency, "tick", lambda: [_Step()])
+    monkeypatch.setattr(plane.latency, "weights", lambda: {"r": {"alpha": 90, "beta": 10}})
+    assert plane.tick_weights()
+    after = plane.cache.get_snapshot("a")
+    assert before is not None and after is not None and plane.snapshot is not None
+    assert after.version(ENDPOINT) == plane.snapshot.version(ENDPOINT) != before.version(ENDPOINT)
+    assert after.version(LISTENER) == before.version(LISTENER)
+    assert _native_paths(after) == [LIBRARY]
+
+
+class _Step:
+    def describe(self) -> str:
+        return "alpha 50 -> 90"
