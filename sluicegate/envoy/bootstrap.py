@@ -326,7 +326,8 @@ def _node(node_id: str, cluster: str, native_module: str | None) -> base_pb2.Nod
     if native_module is not None:
         if not _library_path(native_module):
             raise ValueError(
-                f"the native filters library must be an absolute path: {native_module!r}"
+                "the native filters library must be an absolute path of printable "
+                f"characters, at most {MAX_PATH_CHARS} long: {native_module!r}"
             )
         node.metadata.update({wire.METADATA_NAMESPACE: {wire.NODE_NATIVE_MODULE: native_module}})
     return node

@@ -17,10 +17,11 @@ default snapshot, which names the library the setting names, or none.
 
 An Envoy that restarts again and again while it loads its library may be crashing in it
 (a crash in a module takes Envoy down, and `up` restarts it on the same configuration):
-a node id that connects anew (no stream of it left open) CRASH_STARTS times within
-CRASH_WINDOW_S, in the class of its library, gets Envoy's own filters for CRASH_HOLD_S,
-whatever the cause of its restarts (the safe side: Envoy's filters do what the library
-does, at a higher cost).
+a node id that connects anew (no ADS stream of it left open: a restart, or a reconnect
+of the same process) CRASH_STARTS times within CRASH_WINDOW_S, each time given its
+library, gets Envoy's own filters until its first fresh connection after CRASH_HOLD_S,
+whatever the cause (the safe side: Envoy's filters do what the library does, at a
+higher cost). A control plane that restarts forgets all of this.
 
 Node metadata is what any xDS client says of itself, so it is bounded: a path must be
 absolute, printable and at most MAX_PATH_CHARS long (envoy.declared_native_module), and
@@ -97,10 +98,10 @@ class NativeNodes:
         if path is None:
             return None
         key = (node.id, path)
-        if first and not self._held_off(key):
+        if self._held_off(key):
+            return None
+        if first:
             self.refused.pop(key, None)  # a new Envoy process, maybe fixed
-            if self._setting == NATIVE_NODE and self._restarting(key):
-                return None
         if key in self.refused:
             return None
         known = self._cache.node_classes()
@@ -108,9 +109,12 @@ class NativeNodes:
             log.warning("node %r names a native filters library beyond the %d served: "
                         "Envoy's own filters for it", node.id, MAX_LIBRARIES)  # fmt: skip
             return None
+        if first and self._setting == NATIVE_NODE and self._restarting(key):
+            return None
         return path
 
     def _held_off(self, key: tuple[str, str]) -> bool:
+        """Its restarts hold the library off still (an expired hold is dropped)."""
         until = self._held.get(key)
         if until is not None and until <= self._clock():
             del self._held[key]
@@ -122,6 +126,9 @@ class NativeNodes:
         """Note a fresh start of `key`; True (and the library held off) at CRASH_STARTS
         within CRASH_WINDOW_S."""
         now = self._clock()
+        for held, until in list(self._held.items()):
+            if until <= now:
+                del self._held[held]
         if key not in self._starts and len(self._starts) >= MAX_REFUSED:
             self._starts.pop(next(iter(self._starts)))
         starts = self._starts.setdefault(key, deque(maxlen=CRASH_STARTS))
@@ -129,6 +136,8 @@ class NativeNodes:
         if len(starts) < CRASH_STARTS or now - starts[0] > CRASH_WINDOW_S:
             return False
         del self._starts[key]
+        if len(self._held) >= MAX_REFUSED:
+            self._held.pop(next(iter(self._held)))
         self._held[key] = now + CRASH_HOLD_S
         why = (f"connected anew {CRASH_STARTS} times within {CRASH_WINDOW_S:g} s with this "
                f"library: Envoy's own filters for {CRASH_HOLD_S:g} s")  # fmt: skip

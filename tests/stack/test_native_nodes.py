@@ -14,7 +14,13 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from sluicegate.envoy import make_bootstrap
 from sluicegate.stack.control_plane import ControlPlane
-from sluicegate.stack.native_nodes import CRASH_HOLD_S, CRASH_STARTS, CRASH_WINDOW_S, MAX_LIBRARIES
+from sluicegate.stack.native_nodes import (
+    CRASH_HOLD_S,
+    CRASH_STARTS,
+    CRASH_WINDOW_S,
+    MAX_LIBRARIES,
+    MAX_REFUSED,
+)
 from sluicegate.stack.status_http import status_document
 from sluicegate.xds.resource import ENDPOINT, LISTENER
 from sluicegate.xds.server import Snapshot, SnapshotCache
@@ -155,9 +161,12 @@ def test_an_envoy_that_restarts_again_and_again_is_held_to_envoys_filters(
     now[0] += CRASH_HOLD_S - 1
     assert nodes.class_of(_node("a", LIBRARY), first=True) is None  # still held
     assert nodes.class_of(_node("b", LIBRARY), first=True) == LIBRARY  # others are not
+    # Held even when the refusals it is listed among overflow.
+    for index in range(MAX_REFUSED):
+        nodes.nacked(f"x{index}", LIBRARY, LISTENER, f"Failed to load dynamic module: {index}")
+    assert nodes.class_of(_node("a", LIBRARY), first=False) is None
     now[0] += 2
     assert nodes.class_of(_node("a", LIBRARY), first=True) == LIBRARY
-    assert status_document(plane)["native_filters"]["refused"] == []
 
 
 def test_a_weight_tick_reaches_every_class(tmp_path: Path, monkeypatch: Any) -> None:

@@ -144,3 +144,58 @@ async def test_a_second_stream_of_a_node_that_says_otherwise_moves_the_node(ads:
     await second.send(node=_node("n", "special"), type_url=CLUSTER)
     assert names_of(await second.recv()) == ["special"]
     assert "special" in names_of(await first.recv())  # woken: its node moved
+
+
+class Recording(ByCluster):
+    """Notes `first` as the cache gives it; can be made to fail making a snapshot."""
+
+    def __init__(self, made: Snapshot | None) -> None:
+        super().__init__(made)
+        self.firsts: list[bool] = []
+        self.fail = False
+
+    def class_of(self, node: Any, first: bool) -> str | None:
+        self.firsts.append(first)
+        return super().class_of(node, first)
+
+    def snapshot_of(self, node_class: str) -> Snapshot | None:
+        if self.fail:
+            raise RuntimeError("cannot translate")
+        return super().snapshot_of(node_class)
+
+
+async def test_first_means_no_stream_of_the_node_is_open(ads: Ads) -> None:
+    classes = Recording(snapshot(["special"]))
+    ads.cache.sort_nodes_by(classes)
+    ads.cache.set_snapshot(snapshot(["shared"]))
+    one, two = ads.sotw(), ads.sotw()
+    await one.send(node=_node("n", "special"), type_url=CLUSTER)
+    await one.recv()
+    await two.send(node=_node("n", "special"), type_url=CLUSTER)
+    await two.recv()
+    one.close()
+    await asyncio.sleep(0.2)
+    three = ads.sotw()
+    await three.send(node=_node("n", "special"), type_url=CLUSTER)
+    await three.recv()
+    two.close()
+    three.close()
+    for _ in range(50):
+        if not ads.cache.node_classes():
+            break
+        await asyncio.sleep(0.05)
+    four = ads.sotw()
+    await four.send(node=_node("n", "special"), type_url=CLUSTER)
+    await four.recv()
+    assert classes.firsts == [True, False, False, True]
+
+
+async def test_a_class_whose_snapshot_cannot_be_made_serves_the_default(ads: Ads) -> None:
+    classes = Recording(snapshot(["special"]))
+    classes.fail = True
+    ads.cache.sort_nodes_by(classes)
+    ads.cache.set_snapshot(snapshot(["shared"]))
+    raw = ads.sotw()
+    await raw.send(node=_node("s", "special"), type_url=CLUSTER)
+    assert names_of(await raw.recv()) == ["shared"]
+    assert ads.cache.node_classes() == set()

@@ -38,6 +38,10 @@ class Watcher(Protocol):
     def snapshot_changed(self) -> None: ...
 
 
+# Versions found consistent that are remembered (a default and a few classes' apart).
+_CONSISTENT_KEPT = 64
+
+
 class NodeClasses(Protocol):
     """Sorts nodes into classes served snapshots of their own; the cache asks it."""
 
@@ -66,8 +70,9 @@ class SnapshotCache:
         self._class_of: dict[str, str] = {}  # node id -> its class (none: the default)
         self._watchers: dict[str, set[Watcher]] = {}
         self._check = ConsistencyCheck()
-        #: Content version of the last snapshot found consistent (checked once).
-        self._consistent_version: str | None = None
+        #: Content versions of snapshots found consistent (each checked once): the
+        #: default's and each class's, which alternate.
+        self._consistent: set[str] = set()
         self.ads_status = AdsStatus()
 
     def get_snapshot(self, node_id: str | None = None) -> Snapshot | None:
@@ -97,10 +102,15 @@ class SnapshotCache:
         first = node.id not in self._watchers
         node_class = self._classes.class_of(node, first)
         if node_class is not None and node_class not in self._class_snapshots:
-            made = self._classes.snapshot_of(node_class)
-            if made is not None:
-                self._refuse_if_inconsistent(made, None, node_class)
-                self._class_snapshots[node_class] = made
+            try:
+                made = self._classes.snapshot_of(node_class)
+                if made is not None:
+                    self._refuse_if_inconsistent(made, None, node_class)
+                    self._class_snapshots[node_class] = made
+            except Exception:  # the node is served the default instead
+                log.exception("node %r: its class %r has no snapshot; it gets the default",
+                              node.id, node_class)  # fmt: skip
+                node_class = None
         self.reclassify(node.id, node_class)
         return node_class
 
@@ -118,17 +128,19 @@ class SnapshotCache:
                 if self._class_of.get(node) == node_class and node not in self._overrides:
                     _wake(watchers)
 
-    def reclassify(self, node_id: str, node_class: str | None) -> None:
+    def reclassify(self, node_id: str, node_class: str | None, *, shown: bool = True) -> None:
         """Move a node to another class (None: the default), waking its streams if the
         snapshot it gets changes. A class left without nodes is forgotten: its snapshot
-        is no longer published, so the next node of it must not be served a stale one."""
+        is no longer published, so the next node of it must not be served a stale one.
+        `shown`: note the class in the node's status (not for a node going away)."""
         before = self.get_snapshot(node_id)
         left = self._class_of.pop(node_id, None)
         if node_class is not None:
             self._class_of[node_id] = node_class
         if left is not None and left != node_class and left not in self._class_of.values():
             self._class_snapshots.pop(left, None)
-        self.ads_status.set_class(node_id, node_class)
+        if shown:
+            self.ads_status.set_class(node_id, node_class)
         after = self.get_snapshot(node_id)
         if after is not None and (before is None or before.version() != after.version()):
             _wake(self._watchers.get(node_id, ()))
@@ -173,11 +185,13 @@ class SnapshotCache:
         For a caller that must refuse a config before it changes its own state;
         `set_snapshot` then does not walk the same content again.
         """
-        if snapshot.version() == self._consistent_version:
+        if snapshot.version() in self._consistent:
             return []
         missing = self._check.missing(snapshot)
         if not missing:
-            self._consistent_version = snapshot.version()
+            if len(self._consistent) >= _CONSISTENT_KEPT:
+                self._consistent.clear()
+            self._consistent.add(snapshot.version())
         return missing
 
     def _refuse_if_inconsistent(
@@ -214,7 +228,7 @@ class SnapshotCache:
             if not watchers:
                 del self._watchers[node_id]
                 # A node that comes back is sorted again; a class no node is in is gone.
-                self.reclassify(node_id, None)
+                self.reclassify(node_id, None, shown=False)
 
     def stream_count(self) -> int:
         """Streams that have identified their node and wait for changes."""
