@@ -29,7 +29,10 @@ the OpenTelemetry logs. The arms differ in one thing each:
   events and cuts the usage event out; checked before measuring);
 - the cut stream through the native reader with the record log, with an OpenTelemetry
   log whose body is the log name alone, and with the record's body in Envoy's file logger
-  (to /dev/null): what the logger costs against what its fields cost.
+  (to /dev/null): what the logger costs against what its fields cost; and with two
+  native access loggers of an experiment (native_filter/record_logger.c, Envoy's
+  `envoy.access_loggers.dynamic_modules`): one that reads and formats what the record
+  reads and drops it (no transport), one that does nothing.
 
 `--idle-ms N` has wrk wait N ms before each request, so Envoy idles between requests as
 it does between a paced stream's events, and meets each request with cold caches.
@@ -207,6 +210,29 @@ def _file_log() -> dict[str, Any]:
         log_format={"text_format_source": {"inline_string": body + "\n"}})}  # fmt: skip
 
 
+NATIVE_LOGGER_SOURCE: Final = Path(__file__).parent / "native_filter" / "record_logger.c"
+
+
+def _native_logger(name: str) -> dict[str, Any]:
+    """An experiment's native access logger (native_filter/record_logger.c, built here
+    with gcc): `read` reads and formats the record's fields and drops them (no
+    transport); `empty` does nothing."""
+    out = Path(tempfile.gettempdir()) / "sluicegate-record-logger"
+    out.mkdir(exist_ok=True)
+    library = out / "librecord_logger.so"
+    if not library.exists() or library.stat().st_mtime < NATIVE_LOGGER_SOURCE.stat().st_mtime:
+        subprocess.run(["gcc", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared",
+                        "-fPIC", "-fvisibility=hidden", "-o", str(library),
+                        str(NATIVE_LOGGER_SOURCE)], check=True)  # fmt: skip
+    return {"name": "envoy.access_loggers.dynamic_modules", "typed_config": _typed(
+        "envoy.extensions.access_loggers.dynamic_modules.v3.DynamicModuleAccessLog",
+        dynamic_module_config={"module": {"local": {"filename": str(library)}}},
+        logger_name=name,
+        logger_config={"@type": "type.googleapis.com/google.protobuf.StringValue",
+                       "value": "\n".join(wire.RECORD_METADATA_FIELDS)},
+    )}  # fmt: skip
+
+
 def _usage_readers(work: Path) -> list[dict[str, Any]]:
     """The translated listener's usage readers (json_to_metadata, the stream usage Lua
     filter, sse_to_metadata), each behind its matcher, as the translator writes them."""
@@ -331,6 +357,12 @@ def _arms() -> dict[str, Arm]:
             lambda: _record_log(body=body())
         ),
         "stream: native usage reader, cut, and the record as a file log": native_cut(_file_log),
+        "stream: native usage reader, cut, and a native logger reading the record": native_cut(
+            lambda: _native_logger("read")
+        ),
+        "stream: native usage reader, cut, and an empty native logger": native_cut(
+            lambda: _native_logger("empty")
+        ),
         "stream: the Lua filter alone, cut and count": Arm(
             filters=_only(STREAM_USAGE_FILTER),
             stream=True,
