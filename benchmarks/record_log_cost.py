@@ -392,8 +392,9 @@ def _wrk(
     """wrk -c1, the request marked for `reader`, `idle_ms` between requests: (p50 µs,
     mean µs per request, CPU µs per request of the front Envoy `envoy`, every thread).
     With an idle time the mean is of the requests' latencies, not of the round's time."""
-    script = Path(tempfile.mkdtemp()) / "idle.lua"
-    script.write_text(f"function delay() return {idle_ms} end\n")
+    script = Path(tempfile.gettempdir()) / f"sluicegate-wrk-idle-{idle_ms}.lua"
+    if idle_ms and not script.exists():
+        script.write_text(f"function delay() return {idle_ms} end\n")
     cpu = exact_cpu_seconds(envoy)
     out = subprocess.run(
         ["taskset", "-c", LOAD_CORE, "wrk", "-c1", "-t1", f"-d{seconds}s", "--latency",

@@ -10,9 +10,9 @@ snapshot with its listeners translated again for that path (nothing else differs
 
 An Envoy that rejects (NACKs) its class's listeners because it cannot load a dynamic
 module is moved to Envoy's own filters, and the pair (node, path) is remembered as
-refused until that node id connects again with no stream left open (a new Envoy
-process, which is given its library again): so a wrong path costs one NACK an Envoy
-start, never an Envoy without listeners. With any other setting every Envoy gets the
+refused until that node id connects again with no ADS stream left open (a new Envoy
+process, or a reconnect: it is given its library again): so a wrong path costs one NACK
+per fresh connection, never an Envoy without listeners. With any other setting every Envoy gets the
 default snapshot, which names the library the setting names, or none.
 
 An Envoy that restarts again and again while it loads its library may be crashing in it

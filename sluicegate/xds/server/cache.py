@@ -105,7 +105,7 @@ class SnapshotCache:
             try:
                 made = self._classes.snapshot_of(node_class)
                 if made is not None:
-                    self._refuse_if_inconsistent(made, None, node_class)
+                    self._refuse_if_inconsistent(made, f" (class {node_class!r})")
                     self._class_snapshots[node_class] = made
             except Exception:  # the node is served the default instead
                 log.exception("node %r: its class %r has no snapshot; it gets the default",
@@ -121,7 +121,7 @@ class SnapshotCache:
     def set_class_snapshot(self, node_class: str, snapshot: Snapshot) -> None:
         """Publish a class's snapshot (rules 7 and 14 as in `set_snapshot`)."""
         before = self._class_snapshots.get(node_class)
-        self._refuse_if_inconsistent(snapshot, None, node_class)
+        self._refuse_if_inconsistent(snapshot, f" (class {node_class!r})")
         self._class_snapshots[node_class] = snapshot
         if before is None or before.version() != snapshot.version():
             for node, watchers in self._watchers.items():
@@ -159,7 +159,7 @@ class SnapshotCache:
         Rule 7: streams are woken only when their snapshot's content changed,
         and each then sends only what differs from what its client has.
         """
-        self._refuse_if_inconsistent(snapshot, node_id)
+        self._refuse_if_inconsistent(snapshot, "" if node_id is None else f" (node {node_id!r})")
         if node_id is None:
             old = self._default
             self._default = snapshot
@@ -194,21 +194,14 @@ class SnapshotCache:
             self._consistent.add(snapshot.version())
         return missing
 
-    def _refuse_if_inconsistent(
-        self, snapshot: Snapshot, node_id: str | None, node_class: str | None = None
-    ) -> None:
-        current = (
-            self.get_snapshot(node_id)
-            if node_class is None
-            else self._class_snapshots.get(node_class)
-        )
-        if current is not None and current.version() == snapshot.version():
-            return  # same content as one already checked
+    def _refuse_if_inconsistent(self, snapshot: Snapshot, whose: str = "") -> None:
+        """Rule 14: log and raise InconsistentSnapshot if `snapshot` lacks a resource it
+        names. A version found consistent once is not walked again (missing_references
+        remembers it), so republishing what serves costs nothing."""
         missing = self.missing_references(snapshot)
         if missing:
             error = InconsistentSnapshot(missing)
-            log.error("%s%s; the previous snapshot keeps serving",
-                      error, "" if node_id is None else f" (node {node_id!r})")  # fmt: skip
+            log.error("%s%s; the previous snapshot keeps serving", error, whose)
             raise error
 
     def clear_snapshot(self, node_id: str) -> None:

@@ -303,13 +303,13 @@ class AdsStream(abc.ABC):
         self.node_id = node.id
         self.node = self._cache.ads_status.connect(node.id, node.cluster, self.kind)
         # Its class before anything reads its snapshot: its first answer is its class's.
-        self.node.node_class = self._cache.identify(node)
+        node_class = self._cache.identify(node)
         self._cache.watch(node.id, self)
         log.info(
             "node %r (cluster %r%s) connected: %s stream %s",
             node.id,
             node.cluster,
-            "" if self.node.node_class is None else f", class {self.node.node_class!r}",
+            "" if node_class is None else f", class {node_class!r}",
             self.kind,
             self._id,
         )
