@@ -43,8 +43,11 @@ class Library:
     sources: tuple[str, ...]  # file names in SOURCE_DIR
 
 
-# What Envoy loads: every filter with its glue to Envoy's ABI.
-MODULE: Final = Library("sluicegate_native", ("usage_scanner.c", "usage_filter.c"))
+# What Envoy loads: every filter with its glue to Envoy's ABI, and the hooks (module.c).
+MODULE: Final = Library(
+    "sluicegate_native",
+    ("usage_scanner.c", "usage_filter.c", "model_walk.c", "model_filter.c", "module.c"),
+)
 # The scanner alone, without Envoy's symbols, for tests that call it through ctypes.
 SCANNER: Final = Library("sluicegate_usage_scanner", ("usage_scanner.c",))
 

@@ -2,18 +2,20 @@
 
 With `native_filters.module: node` (the default), an Envoy whose bootstrap names the
 path of sluicegate's native filters library on its machine (node metadata, written by
-`sluicegate up` and `sluicegate bootstrap --native-module`) is served listeners that
-load that library; an Envoy that names none gets Envoy's own filters
+`sluicegate up` and `sluicegate bootstrap --native-module`) is served listeners and
+filter configurations that load that library; an Envoy that names none gets Envoy's own filters
 (docs/native-filters.md, "Turning it on"). The Envoys naming one path form a class of
 the snapshot cache (xds.server.NodeClasses) with a snapshot of its own: the default
-snapshot with its listeners translated again for that path (nothing else differs).
+snapshot with its listeners and the fast lane's filter configurations (ECDS) translated
+again for that path (translate.NATIVE_TYPES; nothing else differs).
 
-An Envoy that rejects (NACKs) its class's listeners because it cannot load a dynamic
-module is moved to Envoy's own filters, and the pair (node, path) is remembered as
-refused until that node id connects again with no ADS stream left open (a new Envoy
-process, or a reconnect: it is given its library again): so a wrong path costs one NACK
-per fresh connection, never an Envoy without listeners. With any other setting every Envoy gets the
-default snapshot, which names the library the setting names, or none.
+An Envoy that rejects (NACKs) its class's listeners or filter configurations because
+it cannot load a dynamic module is moved to Envoy's own filters, and the pair (node,
+path) is remembered as refused until that node id connects again with no ADS stream left
+open (a new Envoy process, or a reconnect: it is given its library again): so a wrong
+path costs one NACK per fresh connection, never an Envoy without listeners. With any
+other setting every Envoy gets the default snapshot, which names the library the setting
+names, or none.
 
 An Envoy that restarts again and again while it loads its library may be crashing in it
 (a crash in a module takes Envoy down, and `up` restarts it on the same configuration):
@@ -26,7 +28,8 @@ higher cost). A control plane that restarts forgets all of this.
 Node metadata is what any xDS client says of itself, so it is bounded: a path must be
 absolute, printable and at most MAX_PATH_CHARS long (envoy.declared_native_module), and
 at most MAX_LIBRARIES distinct libraries get classes (each costs a translation of the
-listeners on every change); a node naming another beyond them gets Envoy's own filters.
+listeners and filter configurations on every change); a node naming another beyond them
+gets Envoy's own filters.
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ from typing import Any, Final
 from sluicegate.config import NATIVE_NODE
 from sluicegate.envoy import declared_native_module
 from sluicegate.model import Gateway
-from sluicegate.xds.server import LISTENER, InconsistentSnapshot, Snapshot, SnapshotCache
-from sluicegate.xds.translate import translate_listeners
+from sluicegate.xds.server import InconsistentSnapshot, Snapshot, SnapshotCache
+from sluicegate.xds.translate import NATIVE_TYPES, translate_native
 
 log = logging.getLogger("sluicegate.control_plane")
 
@@ -62,8 +65,9 @@ class NativeNodes:
         self._cache = cache
         self._setting: str | None = None
         self._base: tuple[Snapshot, Gateway] | None = None
-        # path -> (the default's listener version it was made from, its listeners)
-        self._listeners: dict[str, tuple[str, Snapshot]] = {}
+        # path -> (the default's versions of NATIVE_TYPES it was made from, its resources
+        # of those types)
+        self._native: dict[str, tuple[tuple[str, ...], Snapshot]] = {}
         # (node id, path) -> why the node fell back to Envoy's filters (Envoy's NACK, or
         # its restarts), for /status
         self.refused: dict[tuple[str, str], str] = {}
@@ -80,8 +84,8 @@ class NativeNodes:
         self._base = (snapshot, model)
         self._setting = setting
         classes = self._cache.node_classes()
-        for gone in set(self._listeners) - classes:
-            del self._listeners[gone]
+        for gone in set(self._native) - classes:
+            del self._native[gone]
         for path in sorted(classes):
             made = self.snapshot_of(path)
             if made is None:
@@ -89,7 +93,7 @@ class NativeNodes:
             try:
                 self._cache.set_class_snapshot(path, made)
             except InconsistentSnapshot as error:  # as the default was not: not expected
-                log.error("native filters: the listeners for %r not published: %s", path, error)
+                log.error("native filters: the resources for %r not published: %s", path, error)
 
     # ----- NodeClasses ---------------------------------------------------------------
 
@@ -157,17 +161,19 @@ class NativeNodes:
         snapshot, model = self._base
         if self._setting != NATIVE_NODE:
             return snapshot
-        listeners = self._listeners.get(node_class)
-        if listeners is None or listeners[0] != snapshot.version(LISTENER):
-            translated = translate_listeners(dataclasses.replace(model, native_module=node_class))
-            made = Snapshot.from_resources({LISTENER: translated})
-            listeners = (snapshot.version(LISTENER), made)
-            self._listeners[node_class] = listeners
+        versions = tuple(snapshot.version(type_url) for type_url in NATIVE_TYPES)
+        native = self._native.get(node_class)
+        if native is None or native[0] != versions:
+            translated = translate_native(dataclasses.replace(model, native_module=node_class))
+            native = (versions, Snapshot.from_resources(translated))
+            self._native[node_class] = native
         resources = {type_url: snapshot.resources(type_url) for type_url in snapshot.type_urls()}
-        return Snapshot({**resources, LISTENER: listeners[1].resources(LISTENER)})
+        for type_url in NATIVE_TYPES:
+            resources[type_url] = native[1].resources(type_url)
+        return Snapshot(resources)
 
     def nacked(self, node_id: str, node_class: str, type_url: str, message: str) -> None:
-        if type_url != LISTENER or self._setting != NATIVE_NODE:
+        if type_url not in NATIVE_TYPES or self._setting != NATIVE_NODE:
             return
         # Envoy 1.40: "Failed to load dynamic module: <path> : <dlopen's words>". Any
         # other reason would fail the listeners without the library alike.

@@ -1,12 +1,13 @@
 /* A mock of Envoy's side of the dynamic module ABI, driving usage_filter.c (included
- * whole, to reach its static functions) as Envoy does; built and run by
- * test_usage_filter.py. Modes:
+ * whole, to reach its static functions) through the library's hooks (module.c) as Envoy
+ * does; built and run by test_usage_filter.py. Modes:
  *   media    stdin: content types, hex, one a line; out: "<json> <stream>" a line
  *   config   stdin: filter configurations, hex, one a line; out: 1 (made) or 0 a line
  *   cases    fixed scenarios (assert)
  *   fuzz N S N random bodies, seed S, through the hooks, compared with the scanner alone
  * Exits non-zero (an assert, a sanitizer) on a failure. */
 #include "usage_filter.c"
+#include "module.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -151,6 +152,24 @@ void envoy_dynamic_module_callback_http_set_dynamic_metadata_number(sg_filter_en
   meta_keys[nmeta][key.length] = 0;
   meta_values[nmeta++] = value;
 }
+
+/* The request side, which only the model reader uses (model_harness.c mocks it). */
+size_t envoy_dynamic_module_callback_http_get_body_size(sg_filter_envoy f, int type) {
+  abort();
+}
+void envoy_dynamic_module_callback_http_set_dynamic_metadata_string(sg_filter_envoy f,
+                                                                    sg_module_buffer ns,
+                                                                    sg_module_buffer key,
+                                                                    sg_module_buffer value) {
+  abort();
+}
+void envoy_dynamic_module_callback_http_set_dynamic_metadata_bool(sg_filter_envoy f,
+                                                                  sg_module_buffer ns,
+                                                                  sg_module_buffer key,
+                                                                  bool value) {
+  abort();
+}
+void envoy_dynamic_module_callback_http_clear_route_cache(sg_filter_envoy f) { abort(); }
 
 static bool meta(const char *key, double *value) {
   for (int i = 0; i < nmeta; i++)

@@ -38,7 +38,8 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = folder / "harness"
     base = [gcc, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror",
             "-Wno-unused-parameter", f"-I{SOURCE_DIR}", "-o", str(target), str(HARNESS),
-            str(SOURCE_DIR / "usage_scanner.c")]  # fmt: skip
+            *(str(SOURCE_DIR / name) for name in MODULE.sources
+              if name != "usage_filter.c")]  # fmt: skip
     probe = subprocess.run([*base, *SANITIZERS], capture_output=True, text=True, check=False)
     if probe.returncode != 0:  # no sanitizer runtime: the harness alone still tests
         done = subprocess.run(base, capture_output=True, text=True, check=False)

@@ -22,9 +22,13 @@ from sluicegate.stack.native_nodes import (
     MAX_REFUSED,
 )
 from sluicegate.stack.status_http import status_document
-from sluicegate.xds.resource import ENDPOINT, LISTENER
+from sluicegate.xds.resource import ENDPOINT, EXTENSION_CONFIG, LISTENER
 from sluicegate.xds.server import Snapshot, SnapshotCache
-from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER
+from sluicegate.xds.translate import NATIVE_TYPES
+from sluicegate.xds.translate.native import (
+    NATIVE_MODEL_READER_FILTER,
+    NATIVE_USAGE_READER_FILTER,
+)
 from tests.stack.test_control_plane import CONFIG
 
 LIBRARY = "/opt/sluicegate/a/libsluicegate_native.so"
@@ -48,7 +52,7 @@ def _node(node_id: str, library: str | None) -> Any:
 
 
 def _native_paths(snapshot: Snapshot | None) -> list[str]:
-    """The libraries the snapshot's listeners load (one per native filter)."""
+    """The libraries the snapshot's listeners load (one per native filter in them)."""
     assert snapshot is not None
     found = []
     for listener in snapshot.resources(LISTENER).values():
@@ -71,11 +75,16 @@ def test_an_envoy_that_names_its_library_is_served_it_and_the_others_not(tmp_pat
     assert _native_paths(cache.get_snapshot("b")) == [OTHER]
     assert _native_paths(cache.get_snapshot("plain")) == []
     assert cache.get_snapshot("plain") is plane.snapshot
-    # Only the listeners differ.
+    # Only the listeners differ, and, where Envoy routes (no tenants: the default lane
+    # routes without Python), the model reader's configuration.
     native, default = cache.get_snapshot("a1"), plane.snapshot
     assert native is not None and default is not None
     differ = {t for t in default.type_urls() if native.version(t) != default.version(t)}
-    assert differ == {LISTENER}
+    assert differ == set(NATIVE_TYPES)
+    readers = {name: str(config.message) for name, config in
+               native.resources(EXTENSION_CONFIG).items() if "model_reader" in name}  # fmt: skip
+    assert list(readers) == [NATIVE_MODEL_READER_FILTER] and LIBRARY in readers[
+        NATIVE_MODEL_READER_FILTER]
 
 
 def test_a_reload_reaches_every_class_and_another_setting_serves_one_snapshot(

@@ -1,5 +1,5 @@
 /* The part of Envoy's dynamic module ABI (Envoy 1.40, "v0.2.0", HTTP filters) that
- * usage_filter.c uses, declared by hand (names shortened to sg_*; Envoy's header is not
+ * the library's filters use, declared by hand (names shortened to sg_*; Envoy's header is not
  * vendored). Each callback was checked against the 1.40 binary: its symbol exported
  * (nm -D), and its argument registers and the enum values it switches on read from its
  * disassembly (x86-64 System V: a {ptr, length} struct by value takes two integer
@@ -50,13 +50,22 @@ typedef struct {
 enum { SG_REQUEST_HEADERS = 0, SG_REQUEST_TRAILERS = 1, SG_RESPONSE_HEADERS = 2 };
 /* envoy_dynamic_module_type_http_body_type: the data of the current hook ("received")
  * or what Envoy buffered ("buffered"). */
-enum { SG_RECEIVED_RESPONSE_BODY = 2, SG_BUFFERED_RESPONSE_BODY = 3 };
+enum {
+  SG_RECEIVED_REQUEST_BODY = 0,
+  SG_BUFFERED_REQUEST_BODY = 1,
+  SG_RECEIVED_RESPONSE_BODY = 2,
+  SG_BUFFERED_RESPONSE_BODY = 3
+};
 /* envoy_dynamic_module_type_metadata_source: the stream's dynamic metadata. */
 enum { SG_METADATA_DYNAMIC = 0 };
 
 /* Return values of the hooks (Envoy's FilterHeadersStatus / FilterDataStatus /
- * FilterTrailersStatus): only Continue is used. */
+ * FilterTrailersStatus): Continue is 0 in each; the model reader also waits for a
+ * request's whole body (StopIteration on its headers, StopIterationAndBuffer on its
+ * data). */
 enum { SG_CONTINUE = 0 };
+enum { SG_HEADERS_STOP_ITERATION = 1 };
+enum { SG_BODY_STOP_ITERATION_AND_BUFFER = 1 };
 
 /* ---- callbacks (Envoy's) ---- */
 
@@ -89,5 +98,19 @@ void envoy_dynamic_module_callback_http_set_dynamic_metadata_number(sg_filter_en
                                                                     sg_module_buffer ns,
                                                                     sg_module_buffer key,
                                                                     double value);
+
+/* A body's size in bytes. */
+size_t envoy_dynamic_module_callback_http_get_body_size(sg_filter_envoy filter, int body_type);
+/* Sets a string or a bool in the stream's dynamic metadata (the namespace made if absent). */
+void envoy_dynamic_module_callback_http_set_dynamic_metadata_string(sg_filter_envoy filter,
+                                                                    sg_module_buffer ns,
+                                                                    sg_module_buffer key,
+                                                                    sg_module_buffer value);
+void envoy_dynamic_module_callback_http_set_dynamic_metadata_bool(sg_filter_envoy filter,
+                                                                  sg_module_buffer ns,
+                                                                  sg_module_buffer key,
+                                                                  bool value);
+/* The request matches its route again (after the metadata routes match on changed). */
+void envoy_dynamic_module_callback_http_clear_route_cache(sg_filter_envoy filter);
 
 #endif

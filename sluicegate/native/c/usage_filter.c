@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "envoy_abi.h"
+#include "filter_kind.h"
 #include "usage_scanner.h"
 
-#define EXPORT __attribute__((visibility("default")))
 #define FILTER_NAME "usage_reader"
 
 /* ---- configuration --------------------------------------------------------------- */
@@ -33,6 +33,7 @@ static const char *const KEYS[K_COUNT] = {
 };
 
 typedef struct {
+  const sg_filter_kind *kind; /* first: filter_kind.h */
   char *values[K_COUNT]; /* each NUL-terminated, all required */
   size_t lengths[K_COUNT];
   sg_names *names;
@@ -156,6 +157,7 @@ enum { READ_NONE, READ_ANY, READ_JSON, READ_STREAM, READ_CHUNKS };
 #define SLICES_AT_FIRST 16
 
 typedef struct {
+  const sg_filter_kind *kind; /* first: filter_kind.h */
   const config_t *config;
   int reader;
   sg_scanner *scanner; /* from the response's headers, when it is read */
@@ -166,7 +168,7 @@ typedef struct {
 } filter_t;
 
 /* What Envoy gets when a filter cannot be made: reads nothing, never freed. */
-static const filter_t INERT = {NULL, READ_NONE, NULL, false, 0, NULL, 0};
+static const filter_t INERT = {&sg_usage_reader, NULL, READ_NONE, NULL, false, 0, NULL, 0};
 
 static sg_module_buffer text(const char *s) { return (sg_module_buffer){s, strlen(s)}; }
 
@@ -352,25 +354,20 @@ static void read_chunk(filter_t *f, sg_filter_envoy envoy, bool end_of_stream) {
   write_usage(f, envoy);
 }
 
-/* ---- hooks --------------------------------------------------------------------------- */
+/* ---- the kind (module.c calls these from Envoy's hooks) --------------------------- */
 
-EXPORT const char *envoy_dynamic_module_on_program_init(void) { return SG_ABI_VERSION; }
-
-EXPORT sg_config_module envoy_dynamic_module_on_http_filter_config_new(
-    sg_config_envoy config_envoy, sg_envoy_buffer name, sg_envoy_buffer config) {
-  if (name.length != strlen(FILTER_NAME) || memcmp(name.ptr, FILTER_NAME, name.length) != 0)
-    return NULL;
-  return config_parse(config.ptr, config.length);
+static void *usage_config_new(const char *text, size_t length) {
+  config_t *config = config_parse(text, length);
+  if (config != NULL) config->kind = &sg_usage_reader;
+  return config;
 }
 
-EXPORT void envoy_dynamic_module_on_http_filter_config_destroy(sg_config_module config) {
-  config_free((config_t *)config);
-}
+static void usage_config_destroy(void *config) { config_free(config); }
 
-EXPORT sg_filter_module envoy_dynamic_module_on_http_filter_new(sg_config_module config,
-                                                                sg_filter_envoy envoy) {
+static void *usage_filter_new(void *config, sg_filter_envoy envoy) {
   filter_t *f = calloc(1, sizeof *f);
-  if (f == NULL) return &INERT;
+  if (f == NULL) return (void *)&INERT;
+  f->kind = &sg_usage_reader;
   f->config = config;
   /* An answer whose request this filter did not see (a reply an earlier filter made)
    * has no usage header: read by its media type. */
@@ -378,58 +375,46 @@ EXPORT sg_filter_module envoy_dynamic_module_on_http_filter_new(sg_config_module
   return f;
 }
 
-EXPORT void envoy_dynamic_module_on_http_filter_destroy(sg_filter_module module) {
+static void usage_filter_destroy(void *module) {
   if (module == &INERT) return;
-  filter_t *f = (filter_t *)module;
+  filter_t *f = module;
   sg_scanner_free(f->scanner);
   free(f->slices);
   free(f);
 }
 
-EXPORT int envoy_dynamic_module_on_http_filter_request_headers(sg_filter_envoy envoy,
-                                                               sg_filter_module module,
-                                                               bool end_of_stream) {
+static int usage_request_headers(sg_filter_envoy envoy, void *module, bool end_of_stream) {
   if (module == &INERT) return SG_CONTINUE;
-  filter_t *f = (filter_t *)module;
+  filter_t *f = module;
   f->reader = reader_of(f->config, envoy);
   return SG_CONTINUE;
 }
 
-EXPORT int envoy_dynamic_module_on_http_filter_request_body(sg_filter_envoy envoy,
-                                                            sg_filter_module module,
-                                                            bool end_of_stream) {
+static int usage_request_body(sg_filter_envoy envoy, void *module, bool end_of_stream) {
   return SG_CONTINUE;
 }
 
-EXPORT int envoy_dynamic_module_on_http_filter_request_trailers(sg_filter_envoy envoy,
-                                                                sg_filter_module module) {
-  return SG_CONTINUE;
-}
+static int usage_request_trailers(sg_filter_envoy envoy, void *module) { return SG_CONTINUE; }
 
-EXPORT int envoy_dynamic_module_on_http_filter_response_headers(sg_filter_envoy envoy,
-                                                                sg_filter_module module,
-                                                                bool end_of_stream) {
+static int usage_response_headers(sg_filter_envoy envoy, void *module, bool end_of_stream) {
   if (module == &INERT) return SG_CONTINUE;
-  filter_t *f = (filter_t *)module;
+  filter_t *f = module;
   if (f->reader == READ_NONE || f->scanner != NULL) return SG_CONTINUE;
   start_reading(f, envoy);
   return SG_CONTINUE;
 }
 
-EXPORT int envoy_dynamic_module_on_http_filter_response_body(sg_filter_envoy envoy,
-                                                             sg_filter_module module,
-                                                             bool end_of_stream) {
+static int usage_response_body(sg_filter_envoy envoy, void *module, bool end_of_stream) {
   if (module == &INERT) return SG_CONTINUE;
-  filter_t *f = (filter_t *)module;
+  filter_t *f = module;
   if (f->scanner != NULL) read_chunk(f, envoy, end_of_stream);
   return SG_CONTINUE;
 }
 
 /* Trailers end the body: what the cut still holds goes before them. */
-EXPORT int envoy_dynamic_module_on_http_filter_response_trailers(sg_filter_envoy envoy,
-                                                                 sg_filter_module module) {
+static int usage_response_trailers(sg_filter_envoy envoy, void *module) {
   if (module == &INERT) return SG_CONTINUE;
-  filter_t *f = (filter_t *)module;
+  filter_t *f = module;
   if (f->scanner == NULL) return SG_CONTINUE;
   sg_scanner_finish(f->scanner);
   pass_cut(f, envoy, 0, SG_BUFFERED_RESPONSE_BODY);
@@ -437,43 +422,16 @@ EXPORT int envoy_dynamic_module_on_http_filter_response_trailers(sg_filter_envoy
   return SG_CONTINUE;
 }
 
-/* Hooks Envoy requires that this filter does nothing in (declared with their real
- * parameters, from Envoy's header). */
-EXPORT void envoy_dynamic_module_on_http_filter_stream_complete(sg_filter_envoy envoy,
-                                                                sg_filter_module module) {}
-
-EXPORT void envoy_dynamic_module_on_http_filter_http_callout_done(
-    sg_filter_envoy envoy, sg_filter_module module, uint64_t callout_id, int result,
-    sg_envoy_header *headers, size_t headers_size, sg_envoy_buffer *body_chunks,
-    size_t body_chunks_size) {}
-
-EXPORT void envoy_dynamic_module_on_http_filter_http_stream_headers(
-    sg_filter_envoy envoy, sg_filter_module module, uint64_t stream_id,
-    sg_envoy_header *headers, size_t headers_size, bool end_stream) {}
-
-EXPORT void envoy_dynamic_module_on_http_filter_http_stream_data(
-    sg_filter_envoy envoy, sg_filter_module module, uint64_t stream_id,
-    const sg_envoy_buffer *data, size_t data_count, bool end_stream) {}
-
-EXPORT void envoy_dynamic_module_on_http_filter_http_stream_trailers(
-    sg_filter_envoy envoy, sg_filter_module module, uint64_t stream_id,
-    sg_envoy_header *trailers, size_t trailers_size) {}
-
-EXPORT void envoy_dynamic_module_on_http_filter_http_stream_complete(sg_filter_envoy envoy,
-                                                                     sg_filter_module module,
-                                                                     uint64_t stream_id) {}
-
-EXPORT void envoy_dynamic_module_on_http_filter_http_stream_reset(sg_filter_envoy envoy,
-                                                                  sg_filter_module module,
-                                                                  uint64_t stream_id,
-                                                                  int reason) {}
-
-EXPORT void envoy_dynamic_module_on_http_filter_scheduled(sg_filter_envoy envoy,
-                                                          sg_filter_module module,
-                                                          uint64_t event_id) {}
-
-EXPORT void envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
-    sg_filter_envoy envoy, sg_filter_module module) {}
-
-EXPORT void envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
-    sg_filter_envoy envoy, sg_filter_module module) {}
+const sg_filter_kind sg_usage_reader = {
+    .name = FILTER_NAME,
+    .config_new = usage_config_new,
+    .config_destroy = usage_config_destroy,
+    .filter_new = usage_filter_new,
+    .filter_destroy = usage_filter_destroy,
+    .request_headers = usage_request_headers,
+    .request_body = usage_request_body,
+    .request_trailers = usage_request_trailers,
+    .response_headers = usage_response_headers,
+    .response_body = usage_response_body,
+    .response_trailers = usage_response_trailers,
+};

@@ -38,6 +38,7 @@ __all__ = [
     "ENDPOINT",
     "EXTENSION_CONFIG",
     "LISTENER",
+    "NATIVE_TYPES",
     "ROUTE",
     "SECRET",
     "RouteMemo",
@@ -46,7 +47,7 @@ __all__ = [
     "resource_name",
     "secret_name",
     "translate",
-    "translate_listeners",
+    "translate_native",
 ]
 
 
@@ -72,12 +73,20 @@ def translate(gateway: Gateway, memo: RouteMemo | None = None) -> dict[str, list
     return resources
 
 
-def translate_listeners(gateway: Gateway) -> list[Message]:
-    """`translate(gateway)[LISTENER]` alone: the only resources that differ between two
-    gateways that differ only in `native_module`, so an
-    Envoy with the native library is served those (stack/native_nodes.py;
-    tests/stack/test_native_nodes.py checks that nothing else differs)."""
-    return list(build_listeners(gateway))
+# The resource types that differ between two gateways that differ only in `native_module`.
+NATIVE_TYPES = (LISTENER, EXTENSION_CONFIG)
+
+
+def translate_native(gateway: Gateway) -> dict[str, list[Message]]:
+    """`translate(gateway)`'s NATIVE_TYPES alone: the listeners (the usage reader) and
+    the fast lane's filter configurations (the model reader), the only resources that
+    differ between two gateways that differ only in `native_module`, so an Envoy with the
+    native library is served those (stack/native_nodes.py; tests/stack/test_native_nodes.py
+    checks that nothing else differs)."""
+    return {
+        EXTENSION_CONFIG: list(fast_lane_extensions(gateway)),
+        LISTENER: list(build_listeners(gateway)),
+    }
 
 
 def models_list_json(gateway: Gateway, path_prefix: str | None = None) -> bytes:

@@ -49,8 +49,14 @@ from .errors_json import error_body, json_reply_headers
 from .model_reader import (
     META_BODY_PROBLEM,
     MODEL_READER_FILTER,
+    ReaderFacts,
     TenantFacts,
     model_reader_lua,
+)
+from .native import (
+    DYNAMIC_MODULE_FILTER_TYPE_URL,
+    NATIVE_MODEL_READER_FILTER,
+    native_model_reader,
 )
 from .tenant_limits import (
     MODEL_LIMITS_FILTER,
@@ -65,7 +71,7 @@ def key_check_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
     """Envoy's key check, first of all (client_keys.py), when it checks the keys."""
     if not gateway.admission.keys_checked_by_envoy:
         return []
-    return [_discovered(CLIENT_KEYS_FILTER, api_key_auth_pb2.ApiKeyAuth)]
+    return [_discovered(CLIENT_KEYS_FILTER, _type_url(api_key_auth_pb2.ApiKeyAuth))]
 
 
 def routing_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
@@ -78,21 +84,29 @@ def routing_filters(gateway: Gateway) -> list[hcm_pb2.HttpFilter]:
     if not gateway.admission.routed_by_envoy:
         return []
     slots = range(gateway.limit_slots.count)
+    reader = (
+        _discovered(MODEL_READER_FILTER, _type_url(lua_pb2.Lua))
+        if gateway.native_module is None
+        else _discovered(NATIVE_MODEL_READER_FILTER, DYNAMIC_MODULE_FILTER_TYPE_URL)
+    )
     return [
-        _discovered(MODEL_READER_FILTER, lua_pb2.Lua),
-        *(_discovered(limits_filter_name(slot), LocalRateLimit) for slot in slots),
-        _discovered(MODEL_LIMITS_FILTER, LocalRateLimit),
+        reader,
+        *(_discovered(limits_filter_name(slot), _type_url(LocalRateLimit)) for slot in slots),
+        _discovered(MODEL_LIMITS_FILTER, _type_url(LocalRateLimit)),
     ]
 
 
-def _discovered(name: str, config_type: type[Message]) -> hcm_pb2.HttpFilter:
-    """The filter `name`, whose configuration (always of `config_type`: Envoy refuses
+def _type_url(config_type: type[Message]) -> str:
+    return TYPE_PREFIX + config_type.DESCRIPTOR.full_name
+
+
+def _discovered(name: str, type_url: str) -> hcm_pb2.HttpFilter:
+    """The filter `name`, whose configuration (always of `type_url`: Envoy refuses
     another type under the same name) comes over ADS."""
     return hcm_pb2.HttpFilter(
         name=name,
         config_discovery=config_source_pb2.ExtensionConfigSource(
-            config_source=ads_source(),
-            type_urls=[TYPE_PREFIX + config_type.DESCRIPTOR.full_name],
+            config_source=ads_source(), type_urls=[type_url]
         ),
     )
 
@@ -104,33 +118,42 @@ def fast_lane_extensions(gateway: Gateway) -> list[extension_pb2.TypedExtensionC
     if gateway.admission.keys_checked_by_envoy:
         configs.append((CLIENT_KEYS_FILTER, client_keys_config(gateway)))
     if gateway.admission.routed_by_envoy:
-        fast = [t for t in gateway.tenants if t.in_fast_lane_ever]
-        # Every tenant, whatever its lane: moving one between lanes changes only the key
-        # check.
-        reader = lua(model_reader_lua(
-            gateway.admission.default_max_tokens,
-            {t.name: TenantFacts(t.priority, t.models, t.auto) for t in gateway.tenants},
-            max_output_tokens=gateway.admission.max_output_tokens,
-            estimates=charges_estimates(fast, gateway.routes),
-            asks_usage=frozenset(
-                model
-                for model, routes in gateway.served.items()
-                if all(route.asks_stream_usage for route in routes)
-            ),
-            classes=gateway.admission.class_names,
-            held=frozenset(gateway.held_models)
-            if any(t.auto for t in gateway.tenants)
-            else frozenset(),
-            # Gateway.scenarios hold the default one: more means a client may choose.
-            scenarios=len(gateway.scenarios) > 1,
-        ))  # fmt: skip
-        configs.append((MODEL_READER_FILTER, reader))
+        facts = reader_facts(gateway)
+        if gateway.native_module is None:
+            configs.append((MODEL_READER_FILTER, lua(model_reader_lua(facts))))
+        else:
+            reader = native_model_reader(gateway.native_module, facts)
+            configs.append((NATIVE_MODEL_READER_FILTER, reader))
         configs += slot_configs(gateway)
         configs.append((MODEL_LIMITS_FILTER, model_limits_config(gateway)))
     return [
         extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(config))
         for name, config in sorted(configs, key=lambda item: item[0])
     ]
+
+
+def reader_facts(gateway: Gateway) -> ReaderFacts:
+    """What the model reader is configured with for `gateway`."""
+    fast = [t for t in gateway.tenants if t.in_fast_lane_ever]
+    return ReaderFacts(
+        gateway.admission.default_max_tokens,
+        gateway.admission.max_output_tokens,
+        # Every tenant, whatever its lane: moving one between lanes changes only the key
+        # check.
+        {t.name: TenantFacts(t.priority, t.models, t.auto) for t in gateway.tenants},
+        estimates=charges_estimates(fast, gateway.routes),
+        asks_usage=frozenset(
+            model
+            for model, routes in gateway.served.items()
+            if all(route.asks_stream_usage for route in routes)
+        ),
+        classes=gateway.admission.class_names,
+        held=frozenset(gateway.held_models)
+        if any(t.auto for t in gateway.tenants)
+        else frozenset(),
+        # Gateway.scenarios hold the default one: more means a client may choose.
+        scenarios=len(gateway.scenarios) > 1,
+    )
 
 
 def _metadata_match(key: str, value: value_pb2.ValueMatcher) -> metadata_pb2.MetadataMatcher:

@@ -44,7 +44,7 @@ no backslash: config validation).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from sluicegate import wire
@@ -98,20 +98,12 @@ def _lua_tenants(tenants: Mapping[str, TenantFacts]) -> str:
     return "{\n" + "\n".join(rows) + "\n}" if rows else "{}"
 
 
-def model_reader_lua(
-    default_max_tokens: int,
-    tenants: Mapping[str, TenantFacts] | None = None,
-    *,
-    max_output_tokens: int,
-    estimates: bool = False,
-    asks_usage: frozenset[str] = frozenset(),
-    classes: tuple[str, ...] = (),
-    held: frozenset[str] = frozenset(),
-    scenarios: bool = False,
-) -> str:
-    """The filter's source; `default_max_tokens` is the allowance of a request that names
-    no output cap (admission.default_max_tokens), `max_output_tokens` the largest cap it
-    may name (admission's); `tenants` those Envoy's key check may
+@dataclass(frozen=True, slots=True)
+class ReaderFacts:
+    """What the model reader is configured with, whichever implements it (the Lua filter
+    here, or the native one: native.py): `default_max_tokens` is the allowance of a
+    request that names no output cap (admission.default_max_tokens), `max_output_tokens`
+    the largest cap it may name (admission's); `tenants` those Envoy's key check may
     name; with `estimates`, each request's token estimate is written (a tenant or key
     limits tokens); for a stream of a model in `asks_usage` (every route serving it asks
     its providers for a stream's usage: model.Route.asks_stream_usage) whose client did
@@ -122,6 +114,24 @@ def model_reader_lua(
     into the exact lane; with `scenarios` (the config declares some), the scenario the
     client asked for is written as it came (wire.META_SCENARIO_ASKED), for the record to
     judge off the request's path (records.RecordDefaults)."""
+
+    default_max_tokens: int
+    max_output_tokens: int
+    tenants: Mapping[str, TenantFacts] = field(default_factory=dict)
+    estimates: bool = False
+    asks_usage: frozenset[str] = frozenset()
+    classes: tuple[str, ...] = ()
+    held: frozenset[str] = frozenset()
+    scenarios: bool = False
+
+
+def model_reader_lua(facts: ReaderFacts) -> str:
+    """The Lua filter's source."""
+    default_max_tokens, tenants = facts.default_max_tokens, facts.tenants
+    max_output_tokens, estimates, asks_usage = (
+        facts.max_output_tokens, facts.estimates, facts.asks_usage
+    )
+    classes, held, scenarios = facts.classes, facts.held, facts.scenarios
     return rf"""
 local NAMESPACE = "{wire.METADATA_NAMESPACE}"
 local ENDPOINTS = {_lua_list(wire.GENERATION_ENDPOINTS)}
