@@ -703,35 +703,62 @@ static void *model_config_new(const char *text, size_t length) {
 
 static void model_config_destroy(void *config) { config_free(config); }
 
-/* No state per stream: the filter is its configuration. */
-static void *model_filter_new(void *config, sg_filter_envoy envoy) { return config; }
+/* A stream's filter: whether it waits for the request's body. */
+typedef struct {
+  const sg_filter_kind *kind; /* first: filter_kind.h */
+  const config_t *config;
+  bool reads_body;
+} filter_t;
 
-static void model_filter_destroy(void *filter) {}
+/* What Envoy gets when a filter cannot be made (no memory): reads nothing, so the request
+ * is not routed by its model (no route serves it). Never freed. */
+static const filter_t INERT = {&sg_model_reader, NULL, false};
+
+static void *model_filter_new(void *config, sg_filter_envoy envoy) {
+  filter_t *f = malloc(sizeof *f);
+  if (f == NULL) return (void *)&INERT;
+  *f = (filter_t){&sg_model_reader, config, false};
+  return f;
+}
+
+static void model_filter_destroy(void *filter) {
+  if (filter != &INERT) free(filter);
+}
 
 static int model_request_headers(sg_filter_envoy envoy, void *filter, bool end_of_stream) {
-  const config_t *config = filter;
-  client_t who = client(config, envoy, true);
+  if (filter == &INERT) return SG_CONTINUE;
+  filter_t *f = filter;
+  client_t who = client(f->config, envoy, true);
   if (who.lane == CLIENT_EXACT) return SG_CONTINUE; /* the routing stage decides it */
   if (who.lane == CLIENT_UNKNOWN) {
-    refuse(config, envoy, setting(config, S_UNKNOWN_CLIENT), NULL, NULL);
+    refuse(f->config, envoy, setting(f->config, S_UNKNOWN_CLIENT), NULL, NULL);
     return SG_CONTINUE;
   }
   if (end_of_stream) {
-    no_body(config, envoy);
+    no_body(f->config, envoy);
     return SG_CONTINUE;
   }
+  f->reads_body = true;
   return SG_HEADERS_STOP_ITERATION;
 }
 
+/* Only a request whose headers said so is read (Envoy calls the body hooks of every
+ * request with a body). */
 static int model_request_body(sg_filter_envoy envoy, void *filter, bool end_of_stream) {
+  filter_t *f = filter;
+  if (!f->reads_body) return SG_CONTINUE;
   if (!end_of_stream) return SG_BODY_STOP_ITERATION_AND_BUFFER;
-  read_request(filter, envoy, true);
+  f->reads_body = false;
+  read_request(f->config, envoy, true);
   return SG_CONTINUE;
 }
 
 /* A body ended by trailers: all of it is buffered by now. */
 static int model_request_trailers(sg_filter_envoy envoy, void *filter) {
-  read_request(filter, envoy, false);
+  filter_t *f = filter;
+  if (!f->reads_body) return SG_CONTINUE;
+  f->reads_body = false;
+  read_request(f->config, envoy, false);
   return SG_CONTINUE;
 }
 
