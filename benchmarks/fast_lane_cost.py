@@ -86,8 +86,9 @@ OTHERS: Final = frozenset({FAULT_FILTER, ERROR_BODY_FILTER})
 # The tenant of the arms that have one, and its key (from a secret file).
 TENANT_KEY: Final = "sk-sg-bench-0000000000000000000000000"
 # name -> (HTTP filters removed, access log removed, tenant: None, "key", "limits", "auto",
-# or "scenarios": no tenant, scenarios declared, or "native": no tenant, the native usage
-# reader, docs/native-filters.md); a str: a baseline's bootstrap.
+# or "scenarios": no tenant, scenarios declared; "native" before any of them, joined by
+# "+", or alone: the native filters, the model reader and the usage reader,
+# docs/native-filters.md); a str: a baseline's bootstrap.
 Arm = tuple[frozenset[str], bool, str | None]
 ARMS: Final[dict[str, Arm | str]] = {
     "plain": "plain",
@@ -108,7 +109,13 @@ ARMS: Final[dict[str, Arm | str]] = {
         "auto",
     ),
     "with scenarios declared": (frozenset(), False, "scenarios"),
-    "with the native usage reader": (frozenset(), False, "native"),
+    "with the native readers": (frozenset(), False, "native"),
+    "with the native readers, without the record access log": (frozenset(), True, "native"),
+    "with the native readers and a tenant: key check and token buckets": (
+        frozenset(),
+        False,
+        "native+limits",
+    ),
 }
 SCENARIO: Final = "bench-scenario"
 
@@ -121,10 +128,13 @@ def _document(listener: int, upstream: int, tenant: str | None, work: Path) -> d
         "routes": [{"name": "bench", "models": [MODEL], "backends": [{"provider": "upstream"}]}],
         "admission": {"lane": "fast"},
     }
+    if tenant is not None and tenant.startswith("native"):
+        doc["native_filters"] = {"module": "auto"}
+        tenant = tenant.partition("+")[2] or None
+    else:
+        doc["native_filters"] = {"module": "off"}
     if tenant == "scenarios":
         doc["scenarios"] = [SCENARIO]
-    elif tenant == "native":
-        doc["native_filters"] = {"module": "auto"}
     elif tenant is not None:
         (work / "bench.client").write_text(TENANT_KEY)
         key = {"name": "bench", "hash": hash_key(TENANT_KEY), "secret": {"file": "bench.client"}}
@@ -163,7 +173,7 @@ def _bootstrap(
     )
     # `node` names no library to Envoys at large; this bootstrap names none either.
     if config.native_filters.module not in ("off", "node") and gateway.native_module is None:
-        raise RuntimeError("the native usage reader's arm: the library could not be built")
+        raise RuntimeError("the native readers' arm: the library could not be built")
     resources = without(translate(gateway), removed, drop_access_log=log_off)
     return static_bootstrap(resources, ext_proc_port=ext_proc)
 

@@ -21,41 +21,23 @@ from typing import Final
 import pytest
 
 from sluicegate import wire
-from sluicegate.native import MODULE, SOURCE_DIR, build
+from sluicegate.native import MODULE, build
 from sluicegate.xds.translate.native import usage_reader_config
+from tests.native.mock_envoy import build_mock, run_mock
 
 HARNESS: Final = Path(__file__).with_name("glue_harness.c")
-SANITIZERS: Final = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all")
-RUN_TIMEOUT_S: Final = 60.0
 
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.skip("no gcc on PATH to build the mock-Envoy harness")
-    folder = tmp_path_factory.mktemp("glue")
-    target = folder / "harness"
-    base = [gcc, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror",
-            "-Wno-unused-parameter", f"-I{SOURCE_DIR}", "-o", str(target), str(HARNESS),
-            *(str(SOURCE_DIR / name) for name in MODULE.sources
-              if name != "usage_filter.c")]  # fmt: skip
-    probe = subprocess.run([*base, *SANITIZERS], capture_output=True, text=True, check=False)
-    if probe.returncode != 0:  # no sanitizer runtime: the harness alone still tests
-        done = subprocess.run(base, capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stderr
-    return target
+    target = tmp_path_factory.mktemp("glue") / "harness"
+    # usage_filter.c is included whole by the harness, to reach its static functions.
+    sources = [name for name in MODULE.sources if name != "usage_filter.c"]
+    return build_mock(HARNESS, sources, target)
 
 
 def run(harness: Path, *arguments: str, stdin: str = "") -> str:
-    done = subprocess.run(
-        [str(harness), *arguments], input=stdin, capture_output=True, text=True,
-        timeout=RUN_TIMEOUT_S, check=False,
-        env={"ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1"},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "runtime error" not in done.stderr, done.stderr[-4000:]
-    return done.stdout
+    return run_mock(harness, *arguments, stdin=stdin)
 
 
 def test_fixed_scenarios(harness: Path) -> None:

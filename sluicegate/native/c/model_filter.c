@@ -51,12 +51,16 @@ static const char *const SETTINGS[S_COUNT] = {
     "meta_estimate_tokens", "meta_auto_lane", "meta_charged_tenant", "meta_usage_injected",
     "injected_value",
 };
-/* The settings that are numbers (at least 0), and those that are 0 or 1. */
+/* The settings that are numbers (at least 0; `estimates` and `scenarios` 0 or 1). */
 static const int NUMBERS[] = {S_DEFAULT_MAX_TOKENS, S_MAX_OUTPUT_TOKENS, S_MAX_N,
                               S_LOG_MAX_OUTPUT_TOKENS, S_MAX_SCENARIO_ASKED, S_ESTIMATES,
                               S_SCENARIOS};
 
 /* A list of names, kept sorted (or in their order, for the classes). */
+/* The longest problem setting; with a member's name (shorter than 64) it fits refuse()'s
+ * buffer. */
+#define MAX_PROBLEM_PREFIX 64
+
 typedef struct {
   sg_module_buffer *items;
   size_t count;
@@ -232,6 +236,12 @@ static bool config_check(config_t *config) {
     if (*end != 0 || number < 0 || config->lengths[NUMBERS[i]] > 15) return false;
     config->numbers[NUMBERS[i]] = number;
   }
+  if (config->numbers[S_ESTIMATES] > 1 || config->numbers[S_SCENARIOS] > 1) return false;
+  /* A refusal's problem is written from a buffer of its own (refuse()). */
+  const int problems[] = {S_UNKNOWN_CLIENT, S_MODEL_NOT_ALLOWED, S_INVALID_PRIORITY,
+                          S_DUPLICATE_PREFIX, S_MAX_TOKENS_PREFIX};
+  for (size_t i = 0; i < sizeof problems / sizeof *problems; i++)
+    if (config->lengths[problems[i]] > MAX_PROBLEM_PREFIX) return false;
   config->members = sg_members_new(config->values[S_MEMBERS], config->lengths[S_MEMBERS]);
   if (config->members == NULL) return false;
   const sg_members *members = config->members;
@@ -255,6 +265,8 @@ static bool config_check(config_t *config) {
   }
   if (config->tenant_count > 1)
     qsort(config->tenants, config->tenant_count, sizeof *config->tenants, compare_names);
+  for (size_t t = 1; t < config->tenant_count; t++)
+    if (compare_names(&config->tenants[t - 1], &config->tenants[t]) == 0) return false;
   return true;
 }
 
@@ -285,16 +297,18 @@ wrong:
 
 /* ---- headers and metadata ------------------------------------------------------------ */
 
-/* A request header as the Lua reader gets it: its values joined by commas (`joined`
- * holds an allocation to free when it has several). Absent: ptr NULL. */
-static sg_envoy_buffer header(sg_filter_envoy envoy, sg_module_buffer name, char **joined) {
-  sg_envoy_buffer value = {NULL, 0};
+/* A request header as the Lua reader gets it, into *value: its values joined by commas
+ * (`joined` holds an allocation to free when it has several); false when absent. An
+ * empty value is present (Envoy may give it no pointer). */
+static bool header(sg_filter_envoy envoy, sg_module_buffer name, sg_envoy_buffer *value,
+                   char **joined) {
   size_t count = 0;
   *joined = NULL;
-  if (!envoy_dynamic_module_callback_http_get_header(envoy, SG_REQUEST_HEADERS, name, &value,
-                                                     0, &count))
-    return (sg_envoy_buffer){NULL, 0};
-  if (count <= 1) return value;
+  *value = (sg_envoy_buffer){NULL, 0};
+  if (!envoy_dynamic_module_callback_http_get_header(envoy, SG_REQUEST_HEADERS, name, value, 0,
+                                                     &count))
+    return false;
+  if (count <= 1) return true;
   size_t total = 0;
   for (size_t v = 0; v < count; v++) {
     sg_envoy_buffer each = {NULL, 0};
@@ -303,7 +317,7 @@ static sg_envoy_buffer header(sg_filter_envoy envoy, sg_module_buffer name, char
     total += each.length + 1;
   }
   char *all = malloc(total);
-  if (all == NULL) return value; /* the first value alone */
+  if (all == NULL) return true; /* the first value alone */
   size_t at = 0;
   for (size_t v = 0; v < count; v++) {
     sg_envoy_buffer each = {NULL, 0};
@@ -314,7 +328,8 @@ static sg_envoy_buffer header(sg_filter_envoy envoy, sg_module_buffer name, char
     at += each.length;
   }
   *joined = all;
-  return (sg_envoy_buffer){all, at};
+  *value = (sg_envoy_buffer){all, at};
+  return true;
 }
 
 static void put_string(const config_t *config, sg_filter_envoy envoy, int key,
@@ -340,7 +355,7 @@ static void refuse(const config_t *config, sg_filter_envoy envoy, sg_module_buff
                    const char *member, const sg_module_buffer *class) {
   char value[128];
   size_t b = member ? strlen(member) : 0;
-  if (problem.length + b > sizeof value) return; /* none is this long (config validation) */
+  if (problem.length + b > sizeof value) return; /* none is this long (config_check) */
   memcpy(value, problem.ptr, problem.length);
   if (b > 0) memcpy(value + problem.length, member, b);
   put_string(config, envoy, S_META_PROBLEM, (sg_module_buffer){value, problem.length + b});
@@ -372,10 +387,10 @@ static const tenant_t *find_tenant(const config_t *config, const char *name, siz
 static client_t client(const config_t *config, sg_filter_envoy envoy, bool write) {
   client_t found = {CLIENT_NONE, NULL, {0}, 0};
   char *joined = NULL;
-  sg_envoy_buffer named = header(envoy, setting(config, S_CLIENT_HEADER), &joined);
-  if (named.ptr == NULL) return found;
+  sg_envoy_buffer named;
+  if (!header(envoy, setting(config, S_CLIENT_HEADER), &named, &joined)) return found;
   found.lane = CLIENT_UNKNOWN;
-  const char *first = memchr(named.ptr, '/', named.length);
+  const char *first = named.length > 0 ? memchr(named.ptr, '/', named.length) : NULL;
   const char *second = first ? memchr(first + 1, '/', named.length - (size_t)(first + 1 - named.ptr)) : NULL;
   if (second != NULL && memchr(second + 1, '/', named.length - (size_t)(second + 1 - named.ptr)) == NULL) {
     sg_module_buffer lane = {named.ptr, (size_t)(first - named.ptr)};
@@ -414,8 +429,8 @@ static bool priority(const config_t *config, sg_filter_envoy envoy, const tenant
                      sg_module_buffer *class) {
   *class = tenant->priority;
   char *joined = NULL;
-  sg_envoy_buffer asked = header(envoy, setting(config, S_PRIORITY_HEADER), &joined);
-  if (asked.ptr == NULL) return true;
+  sg_envoy_buffer asked;
+  if (!header(envoy, setting(config, S_PRIORITY_HEADER), &asked, &joined)) return true;
   size_t start = asked.length;
   while (start > 0 && asked.ptr[start - 1] != ',') start--;
   size_t end = asked.length;
@@ -546,8 +561,8 @@ static void handle_model(const config_t *config, sg_filter_envoy envoy, const ch
   put_bool(config, envoy, S_META_STREAM, stream);
   if (config->numbers[S_SCENARIOS]) {
     char *joined = NULL;
-    sg_envoy_buffer scenario = header(envoy, setting(config, S_SCENARIO_HEADER), &joined);
-    if (scenario.ptr != NULL) {
+    sg_envoy_buffer scenario;
+    if (header(envoy, setting(config, S_SCENARIO_HEADER), &scenario, &joined)) {
       /* Cut: no declared name is longer (the record judges it). */
       size_t most = (size_t)config->numbers[S_MAX_SCENARIO_ASKED];
       size_t length = scenario.length < most ? scenario.length : most;

@@ -220,15 +220,13 @@ long long sg_counted(sg_span raw, long long most) {
 /* Whether a JSON number's value is zero, as Lua's tonumber reads it (a tiny one
  * underflows to zero). */
 static bool number_is_zero(const char *s, size_t n) {
-  char text[64];
-  if (n < sizeof text) {
-    memcpy(text, s, n);
-    text[n] = 0;
-    return strtod(text, NULL) == 0;
-  }
-  for (size_t i = 0; i < n && s[i] != 'e' && s[i] != 'E'; i++)
-    if (s[i] >= '1' && s[i] <= '9') return false;
-  return true;
+  char local[64], *text = n < sizeof local ? local : malloc(n + 1);
+  if (text == NULL) return false; /* no memory: read as asked, the safe side */
+  memcpy(text, s, n);
+  text[n] = 0;
+  bool zero = strtod(text, NULL) == 0;
+  if (text != local) free(text);
+  return zero;
 }
 
 /* Lua's %s inside [] and {}: the pattern "^%[%s*%]$". */
