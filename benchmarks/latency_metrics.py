@@ -81,6 +81,7 @@ from sluicegate.testing import (
     usage_fields,
 )
 from sluicegate.xds.translate import LISTENER, translate
+from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER
 from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
 from sluicegate.xds.translate.usage import (
     JSON_TO_METADATA_FILTER,
@@ -95,10 +96,12 @@ from .harness.stack import MockProvider
 from .harness.stats import median, percentile
 
 MODEL: Final = "bench-model"
-# What "metrics off" removes from the listener besides its access log: every usage reader.
+# What "metrics off" removes from the listener besides its access log: every usage reader
+# (with the native library, its usage reader).
 USAGE_READERS: Final = frozenset(
     {USAGE_FILTER, JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER, SSE_TO_METADATA_FILTER}
 )
+NATIVE_USAGE_READERS: Final = frozenset({USAGE_FILTER, NATIVE_USAGE_READER_FILTER})
 ACCURACY_AIM: Final = 0.05  # within 5 % of the configured value
 TPOT_AIM: Final = 0.02  # streamed TPOT on within 2 % of off
 ADDED_P50_AIM_S: Final = 0.0001  # added p50 at concurrency 1 within 0.1 ms of off
@@ -262,7 +265,9 @@ def without(
 def metrics_off(gateway: Gateway) -> dict[str, list[Message]]:
     """The gateway's translation without its request record access log and usage readers
     (the usage observer only exists with token limits)."""
-    readers = USAGE_READERS if gateway.admission.counts_tokens else USAGE_READERS - {USAGE_FILTER}
+    readers = USAGE_READERS if gateway.native_module is None else NATIVE_USAGE_READERS
+    if not gateway.admission.counts_tokens:
+        readers -= {USAGE_FILTER}
     return without(translate(gateway), readers, drop_access_log=True)
 
 
@@ -403,8 +408,11 @@ async def _measure_cost(
 
 # --cost's gateways: the filters removed from the listener (None: every usage reader, as
 # metrics_off), whether its access logs go too, and whether the usage readers are the
-# native library's (sluicegate.native). With --split, three more: what "on" costs without
-# one of its parts. With --native, "on" with the native usage reader.
+# native library's (sluicegate.native: the usage reader and, in the fast lane, the model
+# reader). With --split, three more: what "on" costs without one of its parts. With
+# --native, "on" with the native readers, and its baseline "off" with the native model
+# reader (which routes: it is no part of the metrics), which the native arms' added
+# figures are taken against.
 Arm = tuple[tuple[str, ...] | None, bool, bool]
 COST_ARMS: Final[dict[str, Arm]] = {
     "on": ((), False, False),
@@ -417,19 +425,23 @@ SPLIT_ARMS: Final[dict[str, Arm]] = {
         (STREAM_USAGE_FILTER, SSE_TO_METADATA_FILTER), False, False
     ),
 }  # fmt: skip
-NATIVE_ARMS: Final[dict[str, Arm]] = {"on, native usage reader": ((), False, True)}
-# With --native --split: what the native reader's "on" costs without its record log.
+NATIVE_OFF: Final = "off, native model reader"
+NATIVE_ARMS: Final[dict[str, Arm]] = {
+    "on, native readers": ((), False, True),
+    NATIVE_OFF: (None, True, True),
+}
+# With --native --split: what the native readers' "on" costs without its record log.
 NATIVE_SPLIT_ARMS: Final[dict[str, Arm]] = {
-    "on, native usage reader, without the record access log": ((), True, True)
+    "on, native readers, without the record access log": ((), True, True)
 }
 
 
 def _resources(gateway: Gateway, arm: Arm) -> Any:
     filters, drop_log, native = arm
-    if filters is None:
-        return metrics_off(gateway)
     if native:
         gateway = replace(gateway, native_module=str(build(MODULE)))
+    if filters is None:
+        return metrics_off(gateway)
     return without(translate(gateway), filters, drop_access_log=drop_log)
 
 
@@ -476,13 +488,16 @@ def _cost(
                 envoy.stop_blocking()
             mock.stop()
 
+    def baseline(name: str) -> str:
+        return NATIVE_OFF if arms[name][2] else "off"
+
     def added(figure: str, name: str = "on") -> list[float]:
         values = figures[figure]
-        return [a - b for a, b in zip(values[name], values["off"], strict=True)]
+        return [a - b for a, b in zip(values[name], values[baseline(name)], strict=True)]
 
     def ratios(name: str = "on") -> list[float]:
         tpots = figures["tpot"]
-        return [a / b for a, b in zip(tpots[name], tpots["off"], strict=True)]
+        return [a / b for a, b in zip(tpots[name], tpots[baseline(name)], strict=True)]
 
     def ms(values: list[float]) -> str:
         return f"{median(values) * 1e3:.3f}"
@@ -528,16 +543,19 @@ def _cost(
 
     lines += [
         "",
-        "Medians of the rounds (the differences and ratios per round, then their median).",
+        "Medians of the rounds (the differences and ratios per round, then their median); "
+        f"the native arms' against `{NATIVE_OFF}`, the others' against `off`.",
     ]
     for name in ("on", *(NATIVE_ARMS if native else ())):
+        if name == NATIVE_OFF:
+            continue
         tpot_ratio = median(ratios(name))
         lines += [
             "",
             f"{name}:",
-            f"- added p50 at concurrency 1, a stream's first token ({name} - off): "
+            f"- added p50 at concurrency 1, a stream's first token ({name} - {baseline(name)}): "
             f"{aim(added('ttft', name))}",
-            f"- added p50 at concurrency 1, a stream's last byte ({name} - off): "
+            f"- added p50 at concurrency 1, a stream's last byte ({name} - {baseline(name)}): "
             f"{aim(added('e2e', name))}",
             "- the same for streams whose client asks for usage (no cut): first token "
             f"{aim(added('ttft asked', name))}; last byte {aim(added('e2e asked', name))}",
@@ -548,9 +566,9 @@ def _cost(
             f"{plus_ms(added('end', name))} ms cut, {plus_ms(added('end asked', name))} ms "
             f"asked (per round {', '.join(f'{a * 1e3:+.3f}' for a in added('end', name))} "
             "ms cut)",
-            f"- added p50 at concurrency 1, a JSON answer ({name} - off): "
+            f"- added p50 at concurrency 1, a JSON answer ({name} - {baseline(name)}): "
             f"{aim(added('p50', name))}",
-            f"- streamed TPOT p50, {name} / off: {tpot_ratio:.4f}x (aim within 2 %: "
+            f"- streamed TPOT p50, {name} / {baseline(name)}: {tpot_ratio:.4f}x (aim within 2 %: "
             f"{'met' if abs(tpot_ratio - 1) <= TPOT_AIM else 'missed'}; per round "
             f"{', '.join(f'{r:.4f}' for r in ratios(name))})",
         ]
@@ -641,7 +659,8 @@ def main(argv: list[str] | None = None) -> int:
         "--pin", action="store_true", help="--cost: Envoys on one core, the Python on the other"
     )
     parser.add_argument(
-        "--native", action="store_true", help="--cost: and 'on' with the native usage reader"
+        "--native", action="store_true",
+        help="--cost: and 'on' and 'off' with the native readers",
     )
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--ttft-ms", type=int, default=300)
