@@ -48,7 +48,7 @@ from typing import Any, Final
 import yaml
 
 from benchmarks.harness.bootstraps import plain_gateway
-from benchmarks.harness.cli import benchmark_parser
+from benchmarks.harness.cli import benchmark_parser, wanted_arms
 from benchmarks.harness.ext_proc_child import ExtProcChild
 from benchmarks.harness.processes import ENVOY_CORE, LOAD_CORE, pin, stop_tree, wait_listening
 from benchmarks.harness.results import machine, today
@@ -63,11 +63,13 @@ from sluicegate.xds.translate import translate
 from sluicegate.xds.translate._ext_proc import EXT_PROC_FILTER as ROUTING_STAGE_FILTER
 from sluicegate.xds.translate.error_bodies import ERROR_BODY_FILTER
 from sluicegate.xds.translate.faults import FAULT_FILTER
+from sluicegate.xds.translate.listeners import HCM_FILTER
 from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
 from sluicegate.xds.translate.usage import JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER
 
 from .latency_metrics import serve_ext_proc, without
 from .peers.plain_envoy import plain_bootstrap
+from .record_log_cost import file_record_log, native_record_logger
 
 MODEL: Final = "fixed"
 
@@ -85,11 +87,38 @@ READERS: Final = frozenset({JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER, SSE_TO
 OTHERS: Final = frozenset({FAULT_FILTER, ERROR_BODY_FILTER})
 # The tenant of the arms that have one, and its key (from a secret file).
 TENANT_KEY: Final = "sk-sg-bench-0000000000000000000000000"
-# name -> (HTTP filters removed, access log removed, tenant: None, "key", "limits", "auto",
+# name -> (HTTP filters removed, access log removed (True), kept (False) or the record
+# log replaced by one of RECORD_LOGS, tenant: None, "key", "limits", "auto",
 # or "scenarios": no tenant, scenarios declared; "native" before any of them, joined by
 # "+", or alone: the native filters, the model reader and the usage reader,
 # docs/native-filters.md); a str: a baseline's bootstrap.
-Arm = tuple[frozenset[str], bool, str | None]
+Arm = tuple[frozenset[str], bool | str, str | None]
+
+
+def _otel(edit: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The translated record log with `edit` applied to its config (a TypedStruct's value)."""
+
+    def edited(log: dict[str, Any]) -> dict[str, Any]:
+        edit(log["typed_config"]["value"])
+        return log
+
+    return edited
+
+
+# In place of the translated record log (given to each): its body by Envoy's file logger
+# to /dev/null; an experiment's native access logger that reads and formats the record's
+# fields and drops them (no transport), or that does nothing (record_log_cost's arms of
+# the same names); the OpenTelemetry log with the log's name alone for a body, or with
+# its batches up to 1 MiB instead of Envoy's 16 KiB.
+RECORD_LOGS: Final[dict[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "file": lambda _log: file_record_log(),
+    "native read": lambda _log: native_record_logger("read"),
+    "native empty": lambda _log: native_record_logger("empty"),
+    "otel name alone": _otel(lambda value: value.update(body={"string_value": "record"})),
+    "otel 1 MiB batches": _otel(
+        lambda value: value["common_config"].update(buffer_size_bytes=1 << 20)
+    ),
+}
 ARMS: Final[dict[str, Arm | str]] = {
     "plain": "plain",
     "envoy peer": "envoy peer",
@@ -111,6 +140,23 @@ ARMS: Final[dict[str, Arm | str]] = {
     "with scenarios declared": (frozenset(), False, "scenarios"),
     "with the native readers": (frozenset(), False, "native"),
     "with the native readers, without the record access log": (frozenset(), True, "native"),
+    "with the native readers, the record as a file log": (frozenset(), "file", "native"),
+    "with the native readers, the record read by a native logger": (
+        frozenset(),
+        "native read",
+        "native",
+    ),
+    "with the native readers, an empty native logger": (frozenset(), "native empty", "native"),
+    "with the native readers, an OpenTelemetry log of the name alone": (
+        frozenset(),
+        "otel name alone",
+        "native",
+    ),
+    "with the native readers, the record log in batches of up to 1 MiB": (
+        frozenset(),
+        "otel 1 MiB batches",
+        "native",
+    ),
     "with the native readers and a tenant: key check and token buckets": (
         frozenset(),
         False,
@@ -174,8 +220,16 @@ def _bootstrap(
     # `node` names no library to Envoys at large; this bootstrap names none either.
     if config.native_filters.module not in ("off", "node") and gateway.native_module is None:
         raise RuntimeError("the native readers' arm: the library could not be built")
-    resources = without(translate(gateway), removed, drop_access_log=log_off)
-    return static_bootstrap(resources, ext_proc_port=ext_proc)
+    resources = without(translate(gateway), removed, drop_access_log=log_off is True)
+    made = static_bootstrap(resources, ext_proc_port=ext_proc)
+    if isinstance(log_off, str):
+        for listener in made["static_resources"]["listeners"]:
+            for network_filter in listener["filter_chains"][0]["filters"]:
+                if network_filter["name"] == HCM_FILTER:
+                    manager = network_filter["typed_config"]
+                    (record_log,) = manager["access_log"]
+                    manager["access_log"] = [RECORD_LOGS[log_off](record_log)]
+    return made
 
 
 def wrk_run(url: str, connections: int, seconds: int, script: Path) -> tuple[float, float, int]:
@@ -208,11 +262,14 @@ def wrk_script(work: Path, prompt_bytes: int) -> Path:
 
 def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
     work = Path(tempfile.mkdtemp(prefix="fast-lane-cost-"))
-    wanted = None if only is None else only.split(",")
+    wanted = wanted_arms(only)
     arms = {
         name: arm
         for name, arm in ARMS.items()
-        if wanted is None or any(w in name for w in wanted) or isinstance(arm, str)
+        # A text that is an arm's whole name is that arm alone.
+        if wanted is None
+        or any(w == name if w in ARMS else w in name for w in wanted)
+        or isinstance(arm, str)
     }
     upstream, *ports = free_ports(1 + len(arms))
     script = wrk_script(work, prompt_bytes)
@@ -294,7 +351,8 @@ def arms_main(
     parser.add_argument("--prompt-bytes", type=int, default=1200, help="the message's length")
     parser.add_argument(
         "--only",
-        help="the arms whose name has any of these texts, comma-separated, and the baselines"
+        help="the arms whose name has any of these texts, separated by commas (or by `|` when"
+        " a name holds a comma), and the baselines"
         " (plain; in fast_lane_cost also the envoy peer)",
     )
     args = parser.parse_args(argv)

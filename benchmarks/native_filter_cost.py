@@ -46,6 +46,7 @@ from typing import Any, Final
 import yaml
 
 from benchmarks.harness.bootstraps import bootstrap, cluster, typed
+from benchmarks.harness.cli import wanted_arms
 from benchmarks.harness.processes import ENVOY_CORE, LOAD_CORE, pin, stop_tree, wait_listening
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
@@ -302,7 +303,7 @@ def check(work: Path, upstream: int, prompt_bytes: int) -> tuple[str, bool]:
 
 def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None = None) -> str:
     """`only`: the arms whose name has any of these comma-separated texts (and plain)."""
-    wanted = None if only is None else only.split(",")
+    wanted = wanted_arms(only)
     arms = [n for n in ARM_NAMES if n == "plain" or wanted is None or any(w in n for w in wanted)]
     work = Path(tempfile.mkdtemp(prefix="native-filter-cost-"))
     built = build(work)

@@ -67,7 +67,7 @@ from sluicegate.xds.translate.record_log import RECORD_FORMATS, record_access_lo
 from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
 from sluicegate.xds.translate.usage import STREAM_USAGE_FILTER
 
-from .harness.cli import benchmark_parser
+from .harness.cli import benchmark_parser, wanted_arms
 from .harness.processes import ENVOY_CORE, LOAD_CORE, pin, stop_tree, wait_listening
 from .harness.results import machine, today
 from .harness.stats import median
@@ -201,7 +201,7 @@ def _record_log(body: str | None = None, attributes: bool = False) -> dict[str, 
     return log
 
 
-def _file_log() -> dict[str, Any]:
+def file_record_log() -> dict[str, Any]:
     """The record's body as Envoy's file access log writes it, to /dev/null."""
     body = MessageToDict(record_access_log(), preserving_proto_field_name=True)[
         "typed_config"]["value"]["body"]["string_value"]  # fmt: skip
@@ -213,7 +213,7 @@ def _file_log() -> dict[str, Any]:
 NATIVE_LOGGER_SOURCE: Final = Path(__file__).parent / "native_filter" / "record_logger.c"
 
 
-def _native_logger(name: str) -> dict[str, Any]:
+def native_record_logger(name: str) -> dict[str, Any]:
     """An experiment's native access logger (native_filter/record_logger.c, built here
     with gcc): `read` reads and formats the record's fields and drops them (no
     transport); `empty` does nothing."""
@@ -356,12 +356,14 @@ def _arms() -> dict[str, Arm]:
         "stream: native usage reader, cut, and an OTel log of the name alone": native_cut(
             lambda: _record_log(body=body())
         ),
-        "stream: native usage reader, cut, and the record as a file log": native_cut(_file_log),
+        "stream: native usage reader, cut, and the record as a file log": native_cut(
+            file_record_log
+        ),
         "stream: native usage reader, cut, and a native logger reading the record": native_cut(
-            lambda: _native_logger("read")
+            lambda: native_record_logger("read")
         ),
         "stream: native usage reader, cut, and an empty native logger": native_cut(
-            lambda: _native_logger("empty")
+            lambda: native_record_logger("empty")
         ),
         "stream: the Lua filter alone, cut and count": Arm(
             filters=_only(STREAM_USAGE_FILTER),
@@ -437,7 +439,7 @@ def _check_the_cut(urls: dict[str, str], arms: dict[str, Arm]) -> None:
 
 def run(rounds: int, seconds: int, only: str | None = None, idle_ms: int = 0) -> str:
     work = Path(tempfile.mkdtemp(prefix="record-log-cost-"))
-    wanted = [part for part in only.split(",") if part] if only else None
+    wanted = wanted_arms(only)
     arms = {name: arm for name, arm in _arms().items()
             if wanted is None or any(part in name for part in wanted)
             or name in ("base", "stream: base")}  # fmt: skip
@@ -511,7 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=int, default=4, help="wrk's run per arm and round")
     parser.add_argument(
-        "--only", help="the arms whose name has one of these comma-separated texts (and their base)"
+        "--only",
+        help="the arms whose name has one of these texts, separated by commas (or by `|`"
+        " when a name holds a comma), and their base",
     )
     parser.add_argument(
         "--idle-ms",

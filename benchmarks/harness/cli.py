@@ -32,3 +32,11 @@ def record(section: str, text: str, write: bool) -> None:
     print(text)
     if write:
         update_section(section, text)
+
+
+def wanted_arms(only: str | None) -> list[str] | None:
+    """An `--only` option's texts: split at `|` when it has one (arm names hold commas),
+    else at commas; None for every arm."""
+    if not only:
+        return None
+    return [part for part in only.split("|" if "|" in only else ",") if part]

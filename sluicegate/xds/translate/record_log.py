@@ -6,7 +6,7 @@ Envoy's OpenTelemetry access logger, not the gRPC access log that carries usage 
 the first *body* byte from the provider, which is the time to first token even when a
 provider sends its headers early (vLLM); the gRPC log's fields count from the headers.
 Every request is logged (no filter), admitted or refused; entries are batched and sent
-every LOG_FLUSH_MS as one unary `Export` per flush.
+every LOG_FLUSH_MS (or once LOG_BUFFER_BYTES are held) as one unary `Export` per flush.
 
 Envoy 1.40 deprecates the logger's `common_config` in favour of top-level `grpc_service`,
 `log_name` and `buffer_flush_interval`, but its gRPC logger ignores the top-level
@@ -53,6 +53,12 @@ from ._proto import pack, struct
 # How long Envoy may hold finished requests' records before sending them: a reservation
 # is reconciled at most this long after its response ended.
 LOG_FLUSH_MS: Final = 100
+# How many bytes of records Envoy may hold before it sends them sooner: enough for a busy
+# worker's LOG_FLUSH_MS (about 3,500 records), so a batch goes by time. At Envoy's 16 KiB
+# a worker at full load sent an Export every few milliseconds, and the records cost it
+# twice what they cost in batches of up to this size (benchmarks/RESULTS.md, "The
+# record's batches"). The ext_proc servers take messages far larger (filters/server.py).
+LOG_BUFFER_BYTES: Final = 1 << 20
 OTEL_ACCESS_LOG: Final = "envoy.access_loggers.open_telemetry"
 OTEL_CONFIG_TYPE_URL: Final = (
     "type.googleapis.com/"
@@ -196,6 +202,7 @@ def _otel_access_log(log_name: str, cluster: str, *, ids: bool = True) -> access
             "log_name": log_name,
             "grpc_service": {"envoy_grpc": {"cluster_name": cluster}},
             "buffer_flush_interval": f"{LOG_FLUSH_MS / 1000:.3f}s",
+            "buffer_size_bytes": LOG_BUFFER_BYTES,
             "transport_api_version": "V3",
         },
         # The node, zone and cluster labels on every export: nobody reads them.
