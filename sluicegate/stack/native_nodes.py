@@ -44,12 +44,15 @@ from typing import Any, Final
 from sluicegate.config import NATIVE_NODE
 from sluicegate.envoy import declared_native_module
 from sluicegate.model import Gateway
+from sluicegate.xds.resource import EXTENSION_CONFIG, LISTENER
 from sluicegate.xds.server import InconsistentSnapshot, Snapshot, SnapshotCache
 from sluicegate.xds.translate import NATIVE_TYPES, translate_native
 
 log = logging.getLogger("sluicegate.control_plane")
 
 MAX_LIBRARIES: Final = 16
+# Envoy's words (in lower case) for a library it cannot use (nacked).
+REFUSED_WORDS: Final = ("failed to load dynamic module", "failed to initialize dynamic module")
 MAX_REFUSED: Final = 1024
 # Four starts in a minute (three restarts: `up`'s backoff restarts a crashing Envoy
 # within a second or two) and the library is held off for an hour.
@@ -168,16 +171,24 @@ class NativeNodes:
             native = (versions, Snapshot.from_resources(translated))
             self._native[node_class] = native
         resources = {type_url: snapshot.resources(type_url) for type_url in snapshot.type_urls()}
-        for type_url in NATIVE_TYPES:
-            resources[type_url] = native[1].resources(type_url)
+        resources[LISTENER] = native[1].resources(LISTENER)
+        # The default's filter configurations stay beside the class's: a delta stream
+        # removes what a snapshot lacks, and connections draining from a listener of the
+        # other kind (a reload of the setting, a fallback) still name the Lua reader's.
+        resources[EXTENSION_CONFIG] = {
+            **snapshot.resources(EXTENSION_CONFIG),
+            **native[1].resources(EXTENSION_CONFIG),
+        }
         return Snapshot(resources)
 
     def nacked(self, node_id: str, node_class: str, type_url: str, message: str) -> None:
         if type_url not in NATIVE_TYPES or self._setting != NATIVE_NODE:
             return
-        # Envoy 1.40: "Failed to load dynamic module: <path> : <dlopen's words>". Any
-        # other reason would fail the listeners without the library alike.
-        if "failed to load dynamic module" not in message.lower():
+        # Envoy 1.40: "Failed to load dynamic module: <path> : <dlopen's words>", or, for a
+        # library that refuses a filter's configuration (one built from other sources than
+        # the control plane's, which knows other filters or settings), "Failed to
+        # initialize dynamic module". Any other reason would fail without the library alike.
+        if not any(words in message.lower() for words in REFUSED_WORDS):
             return
         self._refuse((node_id, node_class), message)
         log.warning(

@@ -11,7 +11,7 @@ Envoy logged it, and the usage Envoy read) must be the same.
 
 Tenants: `alpha` in the fast lane, limited to two models and the standard class, its
 tokens limited (so estimates are written); `beta` auto (a gated model is held in the exact
-lane); `gamma` in the exact lane.
+lane); `gamma` in the exact lane; `delta` may use one model, named `*`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ KEYS: Final = {
     "alpha": "sk-reader-alpha-0001",
     "beta": "sk-reader-beta-0001",
     "gamma": "sk-reader-gamma-0001",
+    "delta": "sk-reader-delta-0001",
 }
 # What the model reader writes into the `sluicegate` namespace (and the routing stage,
 # for the requests it decides: the same in both arms).
@@ -74,7 +75,7 @@ def document(listen_port: int, provider_port: int) -> dict[str, Any]:
         "providers": [echo],
         "scenarios": ["chat", "long-generation"],
         "routes": [
-            {"name": "chat", "models": ["m", "org/m2", "m3"], "scenario": "chat",
+            {"name": "chat", "models": ["m", "org/m2", "m3", "*"], "scenario": "chat",
              "backends": [{"provider": "echo"}]},
             {"name": "gated", "models": ["g"], "backends": [{"provider": "echo"}],
              "concurrency": {"max_requests": 8, "headroom": 0.25}},
@@ -85,6 +86,8 @@ def document(listen_port: int, provider_port: int) -> dict[str, Any]:
             _tenant("beta", lane="auto",
                     rate_limits={"requests": 100_000, "tokens": 100_000_000, "per": "1m"}),
             _tenant("gamma", lane="exact"),
+            # A model named `*` (names may be): not every model.
+            _tenant("delta", models=["*"]),
         ],
     }  # fmt: skip
 
@@ -262,6 +265,8 @@ CASES: Final = [
     Case("an auto tenant's fast model", _chat(), tenant="beta"),
     Case("an auto tenant's held model, to the routing stage", _chat("g"), tenant="beta"),
     Case("an exact-lane tenant", _chat(), tenant="gamma"),
+    Case("a tenant of the model named *, asking for it", _chat("*"), tenant="delta"),
+    Case("a tenant of the model named *, asking for another", _chat(), tenant="delta"),
     Case("no key", _chat(), tenant=None),
     Case("a client header of the client's own", _chat(),
          headers=[(wire.CLIENT_HEADER, "fast/beta/beta-key")]),

@@ -1060,11 +1060,14 @@ static int mode_cases(void) {
   CHECK(!made_with(NULL, "tenant=zeta\tstandard"));
   CHECK(!made_with(NULL, "tenant=zeta"));
   CHECK(!made_with(NULL, "tenant="));
-  CHECK(!made_with(NULL, "tenant=zeta\tstandard\t\t*"));
-  CHECK(!made_with(NULL, "tenant=zeta\tstandard\t2\t*"));
-  CHECK(!made_with(NULL, "tenant=zeta\tgold\t0\t*"));
-  CHECK(!made_with(NULL, "tenant=zeta\tstandard\t0\t*\tgpt-4o"));
-  CHECK(made_with(NULL, "tenant=zeta\tstandard\t0")); /* it may use no model */
+  CHECK(!made_with(NULL, "tenant=zeta\tstandard\t\tall"));
+  CHECK(!made_with(NULL, "tenant=zeta\tstandard\t2\tall"));
+  CHECK(!made_with(NULL, "tenant=zeta\tgold\t0\tall"));
+  CHECK(!made_with(NULL, "tenant=zeta\tstandard\t0\tall\tgpt-4o"));
+  CHECK(!made_with(NULL, "tenant=zeta\tstandard\t0\t*")); /* neither all nor only */
+  CHECK(!made_with(NULL, "tenant=zeta\tstandard\t0")); /* no fourth field */
+  CHECK(made_with(NULL, "tenant=zeta\tstandard\t0\tonly")); /* it may use no model */
+  CHECK(made_with(NULL, "tenant=zeta\tstandard\t0\tonly\t*\tall")); /* models' names */
   CHECK(!made_with("caps=", "caps=max_tokens,bogus"));
   CHECK(!made_with("caps=", "caps=max_tokens,"));
   CHECK(!made_with("prompt=", "prompt=messages,Prompt"));

@@ -111,10 +111,12 @@ def test_fuzz_requests_against_the_same_sent_whole(harness: Path, seed: int) -> 
         (CONFIG.replace("members=model,", "members="), False),  # `model` read
         (CONFIG.replace("caps=max_completion_tokens", "caps=bogus"), False),  # not a member
         (CONFIG + "tenant=zeta\tstandard\n", False),  # too few fields
-        (CONFIG + "tenant=zeta\tgold\t0\t*\n", False),  # not a class
-        (CONFIG + "tenant=zeta\tstandard\t1\t\tm\n", False),  # an empty field
-        (CONFIG + "tenant=zeta\tstandard\tyes\t*\n", False),  # auto is 0 or 1
-        (CONFIG + "tenant=zeta\tstandard\t0\n", True),  # it may use no model
+        (CONFIG + "tenant=zeta\tgold\t0\tall\n", False),  # not a class
+        (CONFIG + "tenant=zeta\tstandard\t1\tonly\t\tm\n", False),  # an empty field
+        (CONFIG + "tenant=zeta\tstandard\tyes\tall\n", False),  # auto is 0 or 1
+        (CONFIG + "tenant=zeta\tstandard\t0\t*\n", False),  # neither all nor only
+        (CONFIG + "tenant=zeta\tstandard\t0\n", False),  # no fourth field
+        (CONFIG + "tenant=zeta\tstandard\t0\tonly\n", True),  # it may use no model
         (CONFIG.replace("class=batch\n", ""), False),  # gamma's class
         ("".join(line + "\n" for line in CONFIG.splitlines() if not line.startswith("class=")),
          False),  # tenants and no classes

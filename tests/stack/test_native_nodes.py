@@ -25,6 +25,7 @@ from sluicegate.stack.status_http import status_document
 from sluicegate.xds.resource import ENDPOINT, EXTENSION_CONFIG, LISTENER
 from sluicegate.xds.server import Snapshot, SnapshotCache
 from sluicegate.xds.translate import NATIVE_TYPES
+from sluicegate.xds.translate.model_reader import MODEL_READER_FILTER
 from sluicegate.xds.translate.native import (
     NATIVE_MODEL_READER_FILTER,
     NATIVE_USAGE_READER_FILTER,
@@ -83,8 +84,10 @@ def test_an_envoy_that_names_its_library_is_served_it_and_the_others_not(tmp_pat
     assert differ == set(NATIVE_TYPES)
     readers = {name: str(config.message) for name, config in
                native.resources(EXTENSION_CONFIG).items() if "model_reader" in name}  # fmt: skip
-    assert list(readers) == [NATIVE_MODEL_READER_FILTER] and LIBRARY in readers[
-        NATIVE_MODEL_READER_FILTER]
+    assert LIBRARY in readers[NATIVE_MODEL_READER_FILTER]
+    # The default's Lua reader stays beside it, for connections draining from a listener
+    # that names it (a delta stream would remove it).
+    assert set(readers) == {NATIVE_MODEL_READER_FILTER, MODEL_READER_FILTER}
 
 
 def test_a_reload_reaches_every_class_and_another_setting_serves_one_snapshot(
@@ -129,6 +132,24 @@ def test_an_envoy_that_cannot_load_its_library_falls_back_to_envoys_filters(
     # ... a new Envoy process (no stream of the node left) is given its library again.
     assert plane.native_nodes.class_of(_node("a", LIBRARY), first=True) == LIBRARY
     assert status_document(plane)["native_filters"]["refused"] == []
+
+
+def test_a_library_that_refuses_its_filters_configuration_falls_back_too(
+    tmp_path: Path,
+) -> None:
+    """A library built from other sources than the control plane's (an older one, which
+    knows no model reader): Envoy loads it, refuses the filter's configuration, and NACKs
+    the filter configurations (ECDS) with these words (Envoy 1.40, checked with `envoy
+    --mode validate`)."""
+    plane = _plane(tmp_path)
+    cache = plane.cache
+    cache.identify(_node("a", LIBRARY))
+    message = "Failed to create filter config: Failed to initialize dynamic module"
+    cache.nacked("a", EXTENSION_CONFIG, message)
+    assert cache.get_snapshot("a") is plane.snapshot
+    assert status_document(plane)["native_filters"]["refused"] == [
+        {"node_id": "a", "path": LIBRARY, "message": message}
+    ]
 
 
 def test_node_metadata_is_bounded(tmp_path: Path) -> None:

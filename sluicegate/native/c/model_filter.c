@@ -60,6 +60,8 @@ static const int NUMBERS[] = {S_DEFAULT_MAX_TOKENS, S_MAX_OUTPUT_TOKENS, S_MAX_N
 /* The longest problem setting; with a member's name (shorter than 64) it fits refuse()'s
  * buffer. */
 #define MAX_PROBLEM_PREFIX 64
+/* The largest output allowance and n it takes (wire's are far smaller). */
+#define MAX_CONFIGURED_NUMBER 1000000000LL
 
 typedef struct {
   sg_module_buffer *items;
@@ -148,7 +150,8 @@ static void config_free(config_t *config) {
 }
 
 /* The tab-separated fields of a `tenant` line: its name, priority class, 1 if auto,
- * then `*` (every model) or the models it may use. */
+ * then `all` (every model) or `only` and the models it may use (none, or some: any name,
+ * `all` and `*` among them, is a model's). */
 static bool tenant_line(config_t *config, char *line, size_t length) {
   tenant_t tenant = {0};
   size_t field = 0, start = 0;
@@ -165,14 +168,15 @@ static bool tenant_line(config_t *config, char *line, size_t length) {
     } else if (field == 2) {
       if (size != 1 || (value[0] != '0' && value[0] != '1')) goto wrong;
       tenant.automatic = value[0] == '1';
-    } else if (field == 3 && size == 1 && value[0] == '*') {
-      tenant.every_model = true;
+    } else if (field == 3) {
+      if (size == 3 && memcmp(value, "all", 3) == 0) tenant.every_model = true;
+      else if (!(size == 4 && memcmp(value, "only", 4) == 0)) goto wrong;
     } else {
       if (tenant.every_model || !names_add(&tenant.models, value, size)) goto wrong;
     }
     field++;
   }
-  if (field < 3) goto wrong; /* no fourth field: it may use no model */
+  if (field < 4) goto wrong;
   names_sort(&tenant.models);
   tenant_t *grown = realloc(config->tenants, (config->tenant_count + 1) * sizeof *grown);
   if (grown == NULL) goto wrong;
@@ -237,6 +241,10 @@ static bool config_check(config_t *config) {
     config->numbers[NUMBERS[i]] = number;
   }
   if (config->numbers[S_ESTIMATES] > 1 || config->numbers[S_SCENARIOS] > 1) return false;
+  /* An allowance (a cap times n) and an estimate stay far inside a long long. */
+  const int bounded[] = {S_DEFAULT_MAX_TOKENS, S_MAX_OUTPUT_TOKENS, S_MAX_N};
+  for (size_t i = 0; i < sizeof bounded / sizeof *bounded; i++)
+    if (config->numbers[bounded[i]] > MAX_CONFIGURED_NUMBER) return false;
   /* A refusal's problem is written from a buffer of its own (refuse()). */
   const int problems[] = {S_UNKNOWN_CLIENT, S_MODEL_NOT_ALLOWED, S_INVALID_PRIORITY,
                           S_DUPLICATE_PREFIX, S_MAX_TOKENS_PREFIX};
@@ -418,9 +426,6 @@ static client_t client(const config_t *config, sg_filter_envoy envoy, bool write
   return found;
 }
 
-static bool is_lua_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
 
 /* The class a client asked for in `priority_header` if it is its tenant's or below it,
  * the tenant's when it asked none; false for any other (the routing stage's
@@ -434,8 +439,8 @@ static bool priority(const config_t *config, sg_filter_envoy envoy, const tenant
   size_t start = asked.length;
   while (start > 0 && asked.ptr[start - 1] != ',') start--;
   size_t end = asked.length;
-  while (start < end && is_lua_space(asked.ptr[start])) start++;
-  while (end > start && is_lua_space(asked.ptr[end - 1])) end--;
+  while (start < end && sg_is_lua_space(asked.ptr[start])) start++;
+  while (end > start && sg_is_lua_space(asked.ptr[end - 1])) end--;
   bool fits = true;
   if (end > start) {
     char lower[64];
@@ -456,10 +461,6 @@ static bool priority(const config_t *config, sg_filter_envoy envoy, const tenant
 
 /* ---- the body ------------------------------------------------------------------------ */
 
-static bool raw_is(sg_span v, const char *word) {
-  size_t len = strlen(word);
-  return v.start != NULL && v.length == len && memcmp(v.start, word, len) == 0;
-}
 
 /* The body with `include_usage` after its first `{`, in place of the body (and its
  * content-length); false when there was no memory (the body is as it was). */
@@ -624,14 +625,14 @@ static void read_body(const config_t *config, sg_filter_envoy envoy, const char 
                   member_name(config, got.repeated, name, sizeof name), unclassed);
   }
   sg_span model = got.found[config->model];
-  if (model.start == NULL || raw_is(model, "\"\""))
+  if (model.start == NULL || sg_raw_is(model, "\"\""))
     return refuse(config, envoy, text_of("model"), NULL, unclassed);
   if (model.start[0] != '"') return refuse(config, envoy, text_of("model_type"), NULL, unclassed);
   sg_span stream_raw = got.found[config->stream];
-  if (stream_raw.start != NULL && !raw_is(stream_raw, "true") && !raw_is(stream_raw, "false") &&
-      !raw_is(stream_raw, "null"))
+  if (stream_raw.start != NULL && !sg_raw_is(stream_raw, "true") && !sg_raw_is(stream_raw, "false") &&
+      !sg_raw_is(stream_raw, "null"))
     return refuse(config, envoy, text_of("stream"), NULL, unclassed);
-  bool stream = raw_is(stream_raw, "true");
+  bool stream = sg_raw_is(stream_raw, "true");
   long long cap = 0;
   for (size_t c = 0; c < config->cap_count; c++) {
     long long value = sg_counted(got.found[config->caps[c]], config->numbers[S_MAX_OUTPUT_TOKENS]);

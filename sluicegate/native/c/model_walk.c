@@ -33,7 +33,7 @@ sg_members *sg_members_new(const char *names, size_t length) {
   for (size_t i = 0; i <= length; i++) {
     if (i < length && names[i] != ',') continue;
     size_t size = i - start;
-    if (size == 0 || members->count == SG_MAX_MEMBERS) goto wrong;
+    if (size == 0 || size >= SG_MAX_MEMBER_NAME || members->count == SG_MAX_MEMBERS) goto wrong;
     char *name = malloc(size);
     if (name == NULL) goto wrong;
     memcpy(name, names + start, size);
@@ -54,8 +54,7 @@ int sg_member_index(const sg_members *members, const char *name, size_t length) 
   return -1;
 }
 
-/* Lua's %s: the bytes a scalar ends at, with , } and ]. */
-static bool is_lua_space(char c) {
+bool sg_is_lua_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
@@ -110,7 +109,7 @@ static size_t value_end(const char *s, size_t n, size_t i) {
     return n;
   }
   size_t j = i;
-  while (j < n && s[j] != ',' && s[j] != '}' && s[j] != ']' && !is_lua_space(s[j])) j++;
+  while (j < n && s[j] != ',' && s[j] != '}' && s[j] != ']' && !sg_is_lua_space(s[j])) j++;
   if (j == i) return n;
   return j - 1; /* a scalar may end the text */
 }
@@ -140,7 +139,7 @@ bool sg_is_number(const char *s, size_t n) {
   return i == n;
 }
 
-static bool raw_is(sg_span v, const char *word) {
+bool sg_raw_is(sg_span v, const char *word) {
   size_t len = strlen(word);
   return v.start != NULL && v.length == len && memcmp(v.start, word, len) == 0;
 }
@@ -151,8 +150,8 @@ static const char *not_object(const char *s, size_t n, size_t i) {
   if (stop == n || skip_space(s, n, stop + 1) != n) return "json";
   sg_span raw = {s + i, stop - i + 1};
   char c = s[i];
-  if (c == '"' || c == '[' || raw_is(raw, "true") || raw_is(raw, "false") ||
-      raw_is(raw, "null") || sg_is_number(raw.start, raw.length))
+  if (c == '"' || c == '[' || sg_raw_is(raw, "true") || sg_raw_is(raw, "false") ||
+      sg_raw_is(raw, "null") || sg_is_number(raw.start, raw.length))
     return "object";
   return "json";
 }
@@ -160,7 +159,7 @@ static const char *not_object(const char *s, size_t n, size_t i) {
 /* Whether a key read in ASCII lower case is a member (and so would be read as one by a
  * parser that folds case, as Go's encoding/json does). */
 static bool folded_member(const sg_members *members, const char *key, size_t len) {
-  char lower[64];
+  char lower[SG_MAX_MEMBER_NAME];
   if (len >= sizeof lower) return false; /* longer than any member */
   for (size_t k = 0; k < len; k++)
     lower[k] = (key[k] >= 'A' && key[k] <= 'Z') ? (char)(key[k] + 32) : key[k];
@@ -207,7 +206,7 @@ const char *sg_walk_body(const sg_members *members, const char *s, size_t n, sg_
 }
 
 long long sg_counted(sg_span raw, long long most) {
-  if (raw.start == NULL || raw_is(raw, "null")) return 0;
+  if (raw.start == NULL || sg_raw_is(raw, "null")) return 0;
   if (raw.length > 15 || raw.start[0] < '1' || raw.start[0] > '9') return -1;
   long long value = 0;
   for (size_t k = 0; k < raw.length; k++) {
@@ -234,12 +233,12 @@ static bool empty_brackets(sg_span raw, char open, char close) {
   if (raw.length < 2 || raw.start[0] != open || raw.start[raw.length - 1] != close)
     return false;
   for (size_t k = 1; k + 1 < raw.length; k++)
-    if (!is_lua_space(raw.start[k])) return false;
+    if (!sg_is_lua_space(raw.start[k])) return false;
   return true;
 }
 
 bool sg_asks_logprobs(sg_span raw) {
-  if (raw.start == NULL || raw_is(raw, "false") || raw_is(raw, "null") || raw_is(raw, "\"\""))
+  if (raw.start == NULL || sg_raw_is(raw, "false") || sg_raw_is(raw, "null") || sg_raw_is(raw, "\"\""))
     return false;
   /* The Lua reader asks tonumber(raw) ~= 0, which reads hexadecimal too: a body with a
    * hexadecimal number is not JSON, and its provider refuses it. */

@@ -1,5 +1,5 @@
 /* The model reader's reading of a request body, apart from Envoy (model_filter.c talks to
- * Envoy; tests call these through ctypes). The rules are the Lua model reader's
+ * Envoy). The rules are the Lua model reader's
  * (sluicegate/xds/translate/model_reader.py), which are the routing stage's
  * (filters/request_facts.py) for the members both read. */
 #ifndef SLUICEGATE_MODEL_WALK_H
@@ -8,8 +8,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* At most this many members are read (wire.BODY_READ_MEMBERS has 15). */
+/* At most this many members are read (wire.BODY_READ_MEMBERS), each named in fewer than
+ * SG_MAX_MEMBER_NAME bytes. */
 #define SG_MAX_MEMBERS 32
+#define SG_MAX_MEMBER_NAME 64
 
 /* A raw JSON value in the body: its first byte and length; start NULL when absent. */
 typedef struct {
@@ -37,6 +39,10 @@ typedef struct {
  * in another case) or "object" (one whole JSON value that is not an object). */
 const char *sg_walk_body(const sg_members *members, const char *s, size_t n, sg_walk *out);
 
+/* Lua's %s: the bytes a scalar ends at (with , } and ]), and what a class is trimmed of. */
+bool sg_is_lua_space(char c);
+/* Whether a raw value is exactly `word`. */
+bool sg_raw_is(sg_span v, const char *word);
 /* Whether raw[0..n) is all of one JSON number. */
 bool sg_is_number(const char *raw, size_t n);
 /* A member's whole number from 1 to `most`: 0 when absent or null, -1 for anything else. */

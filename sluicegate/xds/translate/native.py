@@ -82,7 +82,9 @@ def usage_reader_config() -> str:
 def model_reader_config(facts: ReaderFacts) -> str:
     """The model reader's configuration: `key=value` lines of wire's names and `facts`
     (c/model_filter.c reads them; `class`, `asks_usage`, `held` and `tenant` repeat, a
-    tenant's fields separated by tabs, which no name holds: config validation)."""
+    tenant's fields separated by tabs, which no name holds: config validation; after its
+    name, class and auto flag, `all` or `only` and the models it may use, so no model's
+    name is read as a marker)."""
     pairs = {
         "namespace": wire.METADATA_NAMESPACE,
         "client_header": wire.CLIENT_HEADER,
@@ -136,7 +138,7 @@ def model_reader_config(facts: ReaderFacts) -> str:
     lines += [f"held={model}" for model in sorted(facts.held)]
     for name in sorted(facts.tenants):
         tenant = facts.tenants[name]
-        models = ("*",) if tenant.models is None else tuple(sorted(tenant.models))
+        models = ("all",) if tenant.models is None else ("only", *sorted(tenant.models))
         fields = (name, tenant.priority, "1" if tenant.auto else "0", *models)
         lines.append("tenant=" + "\t".join(fields))
     return "".join(line + "\n" for line in lines)
