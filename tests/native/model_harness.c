@@ -6,6 +6,9 @@
  *   cases    stdin: the translator's configuration, hex, on one line; fixed scenarios
  *   fuzz N S stdin: the same; N random requests, seed S, each checked against invariants
  *            and against the same request sent whole
+ *   replay   stdin: the same, then requests, one a line (test_model_reader_lua.py), each
+ *            sent whole (its body in one data frame that ends the stream); out: a line a
+ *            request with what the filter wrote (mode_replay says how both are written)
  * The scenarios and the fuzz assume the facts test_model_filter.py translates (FACTS):
  * tenants acme (standard, every model), beta (interactive, auto: gpt-4o, held-model,
  * org/m1) and gamma (batch: gpt-4o-mini); classes interactive, standard, batch; gpt-4o
@@ -1390,11 +1393,135 @@ static int mode_fuzz(long iterations, uint64_t seed) {
   return 0;
 }
 
+/* ---- replay ----------------------------------------------------------------------------- */
+
+/* A hex digit's value, or -1. */
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* The bytes of the hex text p[0, n) into `into` (NUL-terminated); false when it is none. */
+static bool unhex_field(const char *p, size_t n, bytes_t *into) {
+  into->n = 0;
+  bytes_addz(into, "");
+  if (n % 2 != 0) return false;
+  for (size_t i = 0; i < n; i += 2) {
+    int hi = hex_digit(p[i]), lo = hex_digit(p[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    char c = (char)(hi * 16 + lo);
+    bytes_add(into, &c, 1);
+  }
+  return true;
+}
+
+/* p[0, n) in hex, `.` for none (so no field is empty). */
+static void put_hex(const char *p, size_t n) {
+  if (n == 0) fputs(".", stdout);
+  for (size_t i = 0; i < n; i++) printf("%02x", (unsigned char)p[i]);
+}
+
+/* What the filter set of header `key` (`sets` calls): the calls and its value now. */
+static void print_set_header(const char *key, int sets) {
+  if (sets == 0) return;
+  const header_t *h;
+  header_values(key, &h);
+  printf(" H ");
+  put_hex(key, strlen(key));
+  printf(" %d ", sets);
+  if (h == NULL) fputs("-", stdout); /* removed (an empty value): never, for these */
+  else put_hex(h->value, h->length);
+}
+
+/* Requests, one a line of fields separated by a space: the body (hex; `-` for none, the
+ * request ending with its headers; `.` for an empty one), then the headers in order, each
+ * `name:value` in hex (an empty value `name:`). A content-length goes with a body.
+ * Out, a line each: `C clears`, then each metadata key written (in the order first
+ * written) `M key writes s value` (a string) or `M key writes b 0|1` (a boolean), each
+ * header the filter set `H name sets value` (the value it has now; client, usage and
+ * content-length headers only: the mock refuses any other), and `B body` when what went
+ * on differs from the body sent (a splice); every name and value in hex, `.` when empty.
+ * A line that is no request ends the run with a failure. */
+static int mode_replay(void) {
+  void *config = load_config();
+  bytes_t body = {0}, names[24] = {{0}}, values[24] = {{0}};
+  long requests = 0;
+  char *line;
+  while ((line = read_line()) != NULL) {
+    request_t rq = {0};
+    const char *at = line;
+    size_t field = 0;
+    for (;;) {
+      const char *end = strchr(at, ' ');
+      size_t n = end != NULL ? (size_t)(end - at) : strlen(at);
+      if (field == 0) {
+        CHECK(n > 0);
+        if (n == 1 && at[0] == '-') {
+          rq.body = NULL;
+        } else {
+          CHECK(unhex_field(at, n == 1 && at[0] == '.' ? 0 : n, &body));
+          rq.body = body.p;
+          rq.length = body.n;
+          rq.content_length = true;
+        }
+      } else {
+        size_t h = field - 1;
+        CHECK(h < sizeof names / sizeof *names);
+        const char *colon = memchr(at, ':', n);
+        CHECK(colon != NULL && colon > at);
+        CHECK(unhex_field(at, (size_t)(colon - at), &names[h]));
+        CHECK(unhex_field(colon + 1, n - (size_t)(colon + 1 - at), &values[h]));
+        CHECK(strlen(names[h].p) == names[h].n); /* a name holds no NUL */
+        rq_header_n(&rq, names[h].p, values[h].p, values[h].n);
+      }
+      field++;
+      if (end == NULL) break;
+      at = end + 1;
+    }
+    run(config, &rq, &WHOLE);
+    printf("C %d", clears);
+    for (size_t m = 0; m < nmeta; m++) {
+      printf(" M ");
+      put_hex(metas[m].key, metas[m].key_length);
+      printf(" %d ", metas[m].writes);
+      if (metas[m].is_bool) {
+        printf("b %d", metas[m].flag ? 1 : 0);
+      } else {
+        printf("s ");
+        put_hex(metas[m].value, metas[m].length);
+      }
+    }
+    print_set_header(setting("client_header"), sets_client);
+    print_set_header(setting("usage_header"), sets_usage);
+    print_set_header("content-length", sets_length);
+    if (rq.body != NULL && !same(out.p, out.n, rq.body, rq.length)) {
+      printf(" B ");
+      put_hex(out.p, out.n);
+    }
+    printf("\n");
+    requests++;
+    free(line);
+  }
+  KIND.config_destroy(config);
+  free(body.p);
+  for (size_t h = 0; h < sizeof names / sizeof *names; h++) free(names[h].p), free(values[h].p);
+  free(config_text.p);
+  free(setting_text);
+  reset_stream();
+  free(out.p);
+  fprintf(stderr, "replayed %ld\n", requests);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "config") == 0) return mode_config();
   if (argc >= 2 && strcmp(argv[1], "cases") == 0) return mode_cases();
   if (argc >= 4 && strcmp(argv[1], "fuzz") == 0)
     return mode_fuzz(atol(argv[2]), (uint64_t)atoll(argv[3]));
-  fprintf(stderr, "usage: %s config|cases|fuzz N SEED (a configuration on stdin)\n", argv[0]);
+  if (argc >= 2 && strcmp(argv[1], "replay") == 0) return mode_replay();
+  fprintf(stderr, "usage: %s config|cases|fuzz N SEED|replay (a configuration on stdin)\n",
+          argv[0]);
   return 2;
 }

@@ -378,8 +378,6 @@ enum { CLIENT_NONE, CLIENT_EXACT, CLIENT_UNKNOWN, CLIENT_FAST };
 typedef struct {
   int lane;
   const tenant_t *tenant; /* CLIENT_FAST: its tenant */
-  char key[256];          /* CLIENT_FAST: its key name (names are shorter: validation) */
-  size_t key_length;
 } client_t;
 
 static const tenant_t *find_tenant(const config_t *config, const char *name, size_t length) {
@@ -393,7 +391,7 @@ static const tenant_t *find_tenant(const config_t *config, const char *name, siz
 /* The client the key check named ("<lane>/<tenant>/<key name>"), its tenant's and key's
  * metadata written in the fast lane. */
 static client_t client(const config_t *config, sg_filter_envoy envoy, bool write) {
-  client_t found = {CLIENT_NONE, NULL, {0}, 0};
+  client_t found = {CLIENT_NONE, NULL};
   char *joined = NULL;
   sg_envoy_buffer named;
   if (!header(envoy, setting(config, S_CLIENT_HEADER), &named, &joined)) return found;
@@ -407,13 +405,10 @@ static client_t client(const config_t *config, sg_filter_envoy envoy, bool write
     if (lane.length > 0 && tenant.length > 0 && key.length > 0) {
       if (same_bytes(lane, config->values[S_LANE_EXACT], config->lengths[S_LANE_EXACT])) {
         found.lane = CLIENT_EXACT;
-      } else if (same_bytes(lane, config->values[S_LANE_FAST], config->lengths[S_LANE_FAST]) &&
-                 key.length <= sizeof found.key) {
+      } else if (same_bytes(lane, config->values[S_LANE_FAST], config->lengths[S_LANE_FAST])) {
         found.tenant = find_tenant(config, tenant.ptr, tenant.length);
         if (found.tenant != NULL) {
           found.lane = CLIENT_FAST;
-          memcpy(found.key, key.ptr, key.length);
-          found.key_length = key.length;
           if (write) {
             put_string(config, envoy, S_META_TENANT, found.tenant->name);
             put_string(config, envoy, S_META_KEY_NAME, key);
@@ -535,21 +530,25 @@ static void handle_model(const config_t *config, sg_filter_envoy envoy, const ch
     return refuse(config, envoy, setting(config, S_MODEL_NOT_ALLOWED), NULL, &tenant->priority);
   if (tenant != NULL && tenant->automatic && names_has(&config->held, model.ptr, model.length)) {
     /* What only the routing stage enforces applies (a gate, a provider's limits): it
-     * decides this request, as any exact-lane client's (it overwrites the metadata). */
+     * decides this request, as any exact-lane client's (it overwrites the metadata). The
+     * client is renamed into the exact lane: "<exact>/<tenant>/<key name>", the rest of
+     * the name as the key check wrote it. */
+    char *joined = NULL;
+    sg_envoy_buffer named;
+    if (!header(envoy, setting(config, S_CLIENT_HEADER), &named, &joined)) return;
+    const char *rest = memchr(named.ptr, '/', named.length); /* one: client() read it */
+    size_t rest_length = named.length - (size_t)(rest - named.ptr);
     sg_module_buffer lane = setting(config, S_LANE_EXACT);
-    size_t total = lane.length + 1 + tenant->name.length + 1 + who->key_length;
-    char *named = malloc(total);
-    if (named == NULL) return;
-    size_t at = 0;
-    memcpy(named + at, lane.ptr, lane.length), at += lane.length;
-    named[at++] = '/';
-    memcpy(named + at, tenant->name.ptr, tenant->name.length), at += tenant->name.length;
-    named[at++] = '/';
-    memcpy(named + at, who->key, who->key_length), at += who->key_length;
-    envoy_dynamic_module_callback_http_set_header(envoy, SG_REQUEST_HEADERS,
-                                                  setting(config, S_CLIENT_HEADER),
-                                                  (sg_module_buffer){named, total});
-    free(named);
+    char *renamed = malloc(lane.length + rest_length);
+    if (renamed != NULL) {
+      memcpy(renamed, lane.ptr, lane.length);
+      memcpy(renamed + lane.length, rest, rest_length);
+      envoy_dynamic_module_callback_http_set_header(
+          envoy, SG_REQUEST_HEADERS, setting(config, S_CLIENT_HEADER),
+          (sg_module_buffer){renamed, lane.length + rest_length});
+    }
+    free(renamed);
+    free(joined);
     return;
   }
   if (tenant != NULL) {
