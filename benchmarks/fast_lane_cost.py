@@ -87,6 +87,49 @@ READERS: Final = frozenset({JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER, SSE_TO
 OTHERS: Final = frozenset({FAULT_FILTER, ERROR_BODY_FILTER})
 # The tenant of the arms that have one, and its key (from a secret file).
 TENANT_KEY: Final = "sk-sg-bench-0000000000000000000000000"
+def _listener_manager(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    manager: dict[str, Any] = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0][
+        "filters"][-1]["typed_config"]  # fmt: skip
+    return manager
+
+
+def _without_connection_limit(bootstrap: dict[str, Any]) -> None:
+    chain = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]
+    chain["filters"] = [f for f in chain["filters"] if f["name"] == HCM_FILTER]
+
+
+def _without_upstream_header_filters(bootstrap: dict[str, Any]) -> None:
+    for cluster in bootstrap["static_resources"]["clusters"]:
+        for options in cluster.get("typed_extension_protocol_options", {}).values():
+            options["http_filters"] = [
+                f for f in options.get("http_filters", ()) if "header_mutation" not in json.dumps(f)
+            ]
+            if not options["http_filters"]:
+                del options["http_filters"]
+
+
+def _without_resilience(bootstrap: dict[str, Any]) -> None:
+    for cluster in bootstrap["static_resources"]["clusters"]:
+        cluster.pop("outlier_detection", None)
+        cluster.pop("circuit_breakers", None)
+    for host in _listener_manager(bootstrap)["route_config"]["virtual_hosts"]:
+        for route in host["routes"]:
+            route.get("route", {}).pop("retry_policy", None)
+
+
+# The envoy peer's parts, each taken out of it alone by an arm of its own: what sluicegate's
+# translation costs Envoy with no filter of ours (the floor under the fast lane).
+PEER_PARTS: Final[dict[str, Callable[[dict[str, Any]], None]]] = {
+    "the connection limit": _without_connection_limit,
+    "the early header removal": lambda b: _listener_manager(b).pop(
+        "early_header_mutation_extensions"
+    ),
+    "the local reply config": lambda b: _listener_manager(b).pop("local_reply_config"),
+    "the upstream header filters (the allowlist)": _without_upstream_header_filters,
+    "retries, outlier detection and circuit breakers": _without_resilience,
+}
+
+
 # name -> (HTTP filters removed, access log removed (True), kept (False) or the record
 # log replaced by one of RECORD_LOGS, tenant: None, "key", "limits", "auto",
 # or "scenarios": no tenant, scenarios declared; "native" before any of them, joined by
@@ -122,6 +165,7 @@ RECORD_LOGS: Final[dict[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
 ARMS: Final[dict[str, Arm | str]] = {
     "plain": "plain",
     "envoy peer": "envoy peer",
+    **{f"envoy peer without {part}": f"envoy peer without {part}" for part in PEER_PARTS},
     "fast lane, as translated": (frozenset(), False, None),
     "without the record access log": (frozenset(), True, None),
     "without the usage readers": (READERS, False, None),
@@ -164,6 +208,7 @@ ARMS: Final[dict[str, Arm | str]] = {
     ),
 }
 SCENARIO: Final = "bench-scenario"
+BASELINES: Final = ("plain", "envoy peer")  # in every run
 
 
 def _document(listener: int, upstream: int, tenant: str | None, work: Path) -> dict[str, Any]:
@@ -200,14 +245,18 @@ def _bootstrap(
         listener = bootstrap["static_resources"]["listeners"][0]
         listener["address"]["socket_address"]["port_value"] = port
         return bootstrap
-    if arm == "envoy peer":
+    if isinstance(arm, str) and arm.startswith("envoy peer"):
         doc = yaml.safe_load(path.read_text())
         del doc["admission"]
         doc.pop("tenants", None)
         doc.pop("scenarios", None)
+        doc.pop("native_filters", None)
         work = path.parent / f"peer-{port}"
         work.mkdir()
-        return plain_bootstrap(doc, work)
+        peer = plain_bootstrap(doc, work)
+        if arm != "envoy peer":
+            PEER_PARTS[arm.removeprefix("envoy peer without ")](peer)
+        return peer
     assert not isinstance(arm, str)
     removed, log_off, _tenant = arm
     config = load_config(path)
@@ -269,7 +318,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
         # A text that is an arm's whole name is that arm alone.
         if wanted is None
         or any(w == name if w in ARMS else w in name for w in wanted)
-        or isinstance(arm, str)
+        or arm in BASELINES
     }
     upstream, *ports = free_ports(1 + len(arms))
     script = wrk_script(work, prompt_bytes)
