@@ -56,13 +56,13 @@ static const int NUMBERS[] = {S_DEFAULT_MAX_TOKENS, S_MAX_OUTPUT_TOKENS, S_MAX_N
                               S_LOG_MAX_OUTPUT_TOKENS, S_MAX_SCENARIO_ASKED, S_ESTIMATES,
                               S_SCENARIOS};
 
-/* A list of names, kept sorted (or in their order, for the classes). */
-/* The longest problem setting; with a member's name (shorter than 64) it fits refuse()'s
- * buffer. */
+/* The longest problem setting; with a member's name (shorter than SG_MAX_MEMBER_NAME) it
+ * fits refuse()'s buffer. */
 #define MAX_PROBLEM_PREFIX 64
 /* The largest output allowance and n it takes (wire's are far smaller). */
 #define MAX_CONFIGURED_NUMBER 1000000000LL
 
+/* A list of names, kept sorted (or in their order, for the classes). */
 typedef struct {
   sg_module_buffer *items;
   size_t count;
