@@ -357,18 +357,24 @@ static void put_count(const config_t *config, sg_filter_envoy envoy, int key, lo
   put_string(config, envoy, key, (sg_module_buffer){digits, (size_t)written});
 }
 
-/* A refusal: the problem (`problem` then `member`, if any) the route answering it is
- * named after, and the class the record gets (NULL: none). */
-static void refuse(const config_t *config, sg_filter_envoy envoy, sg_module_buffer problem,
-                   const char *member, const sg_module_buffer *class) {
+/* A refusal: the problem (`problem`, then the member named `member`, if any) the route
+ * answering it is named after, and the class the record gets (NULL: none). */
+static void refuse_member(const config_t *config, sg_filter_envoy envoy,
+                          sg_module_buffer problem, int member, const sg_module_buffer *class) {
   char value[128];
-  size_t b = member ? strlen(member) : 0;
+  size_t b = 0;
+  const char *name = member < 0 ? NULL : sg_member_name(config->members, member, &b);
   if (problem.length + b > sizeof value) return; /* none is this long (config_check) */
   memcpy(value, problem.ptr, problem.length);
-  if (b > 0) memcpy(value + problem.length, member, b);
+  if (b > 0) memcpy(value + problem.length, name, b);
   put_string(config, envoy, S_META_PROBLEM, (sg_module_buffer){value, problem.length + b});
   if (class != NULL) put_string(config, envoy, S_META_PRIORITY, *class);
   envoy_dynamic_module_callback_http_clear_route_cache(envoy);
+}
+
+static void refuse(const config_t *config, sg_filter_envoy envoy, sg_module_buffer problem,
+                   const sg_module_buffer *class) {
+  refuse_member(config, envoy, problem, -1, class);
 }
 
 /* ---- the client ---------------------------------------------------------------------- */
@@ -390,7 +396,7 @@ static const tenant_t *find_tenant(const config_t *config, const char *name, siz
 
 /* The client the key check named ("<lane>/<tenant>/<key name>"), its tenant's and key's
  * metadata written in the fast lane. */
-static client_t client(const config_t *config, sg_filter_envoy envoy, bool write) {
+static client_t client(const config_t *config, sg_filter_envoy envoy) {
   client_t found = {CLIENT_NONE, NULL};
   char *joined = NULL;
   sg_envoy_buffer named;
@@ -409,10 +415,8 @@ static client_t client(const config_t *config, sg_filter_envoy envoy, bool write
         found.tenant = find_tenant(config, tenant.ptr, tenant.length);
         if (found.tenant != NULL) {
           found.lane = CLIENT_FAST;
-          if (write) {
-            put_string(config, envoy, S_META_TENANT, found.tenant->name);
-            put_string(config, envoy, S_META_KEY_NAME, key);
-          }
+          put_string(config, envoy, S_META_TENANT, found.tenant->name);
+          put_string(config, envoy, S_META_KEY_NAME, key);
         }
       }
     }
@@ -501,33 +505,14 @@ static int reader(const config_t *config, sg_envoy_buffer path, const sg_walk *g
   return S_BY_LOG;
 }
 
-/* The name of member `m` as a C string in `into` (names are short: wire's). */
-static const char *member_name(const config_t *config, int m, char *into, size_t size) {
-  const char *names = config->values[S_MEMBERS];
-  size_t start = 0, index = 0, length = config->lengths[S_MEMBERS];
-  for (size_t i = 0; i <= length; i++) {
-    if (i < length && names[i] != ',') continue;
-    if (index++ == (size_t)m) {
-      size_t n = i - start < size - 1 ? i - start : size - 1;
-      memcpy(into, names + start, n);
-      into[n] = 0;
-      return into;
-    }
-    start = i + 1;
-  }
-  into[0] = 0;
-  return into;
-}
-
 /* What follows the body's checks, once its model's name is known. */
 static void handle_model(const config_t *config, sg_filter_envoy envoy, const char *s, size_t n,
-                         const sg_walk *got, const client_t *who, sg_module_buffer model,
+                         const sg_walk *got, const tenant_t *tenant, sg_module_buffer model,
                          bool stream, long long allowed) {
-  const tenant_t *tenant = who->lane == CLIENT_FAST ? who->tenant : NULL;
   sg_module_buffer none = setting(config, S_NO_CLASS);
   if (tenant != NULL && !tenant->every_model &&
       !names_has(&tenant->models, model.ptr, model.length))
-    return refuse(config, envoy, setting(config, S_MODEL_NOT_ALLOWED), NULL, &tenant->priority);
+    return refuse(config, envoy, setting(config, S_MODEL_NOT_ALLOWED), &tenant->priority);
   if (tenant != NULL && tenant->automatic && names_has(&config->held, model.ptr, model.length)) {
     /* What only the routing stage enforces applies (a gate, a provider's limits): it
      * decides this request, as any exact-lane client's (it overwrites the metadata). The
@@ -554,7 +539,7 @@ static void handle_model(const config_t *config, sg_filter_envoy envoy, const ch
   if (tenant != NULL) {
     sg_module_buffer class;
     if (!priority(config, envoy, tenant, &class))
-      return refuse(config, envoy, setting(config, S_INVALID_PRIORITY), NULL, &none);
+      return refuse(config, envoy, setting(config, S_INVALID_PRIORITY), &none);
     put_string(config, envoy, S_META_PRIORITY, class);
   }
   put_string(config, envoy, S_META_MODEL, model);
@@ -608,42 +593,39 @@ static void handle_model(const config_t *config, sg_filter_envoy envoy, const ch
   envoy_dynamic_module_callback_http_clear_route_cache(envoy);
 }
 
-/* The request's body s[0..n), read (the Lua reader's envoy_on_request after body()). */
-static void read_body(const config_t *config, sg_filter_envoy envoy, const char *s, size_t n) {
-  client_t who = client(config, envoy, false);
-  const tenant_t *tenant = who.lane == CLIENT_FAST ? who.tenant : NULL;
+/* The request's body s[0..n), read (the Lua reader's envoy_on_request after body()), for
+ * `tenant`'s client (NULL: no tenant). */
+static void read_body(const config_t *config, sg_filter_envoy envoy, const tenant_t *tenant,
+                      const char *s, size_t n) {
   sg_module_buffer none = setting(config, S_NO_CLASS);
   /* A tenant's refusal before its class is known is recorded without one. */
   const sg_module_buffer *unclassed = tenant != NULL ? &none : NULL;
   sg_walk got;
   const char *problem = sg_walk_body(config->members, s, n, &got);
-  if (problem != NULL) return refuse(config, envoy, text_of(problem), NULL, unclassed);
+  if (problem != NULL) return refuse(config, envoy, text_of(problem), unclassed);
   if (got.repeated >= 0) {
-    char name[64];
-    return refuse(config, envoy, setting(config, S_DUPLICATE_PREFIX),
-                  member_name(config, got.repeated, name, sizeof name), unclassed);
+    return refuse_member(config, envoy, setting(config, S_DUPLICATE_PREFIX), got.repeated,
+                         unclassed);
   }
   sg_span model = got.found[config->model];
   if (model.start == NULL || sg_raw_is(model, "\"\""))
-    return refuse(config, envoy, text_of("model"), NULL, unclassed);
-  if (model.start[0] != '"') return refuse(config, envoy, text_of("model_type"), NULL, unclassed);
+    return refuse(config, envoy, text_of("model"), unclassed);
+  if (model.start[0] != '"') return refuse(config, envoy, text_of("model_type"), unclassed);
   sg_span stream_raw = got.found[config->stream];
   if (stream_raw.start != NULL && !sg_raw_is(stream_raw, "true") && !sg_raw_is(stream_raw, "false") &&
       !sg_raw_is(stream_raw, "null"))
-    return refuse(config, envoy, text_of("stream"), NULL, unclassed);
+    return refuse(config, envoy, text_of("stream"), unclassed);
   bool stream = sg_raw_is(stream_raw, "true");
   long long cap = 0;
   for (size_t c = 0; c < config->cap_count; c++) {
     long long value = sg_counted(got.found[config->caps[c]], config->numbers[S_MAX_OUTPUT_TOKENS]);
-    if (value < 0) {
-      char name[64];
-      return refuse(config, envoy, setting(config, S_MAX_TOKENS_PREFIX),
-                    member_name(config, config->caps[c], name, sizeof name), unclassed);
-    }
+    if (value < 0)
+      return refuse_member(config, envoy, setting(config, S_MAX_TOKENS_PREFIX), config->caps[c],
+                           unclassed);
     if (cap == 0) cap = value;
   }
   long long choices = sg_counted(got.found[config->n], config->numbers[S_MAX_N]);
-  if (choices < 0) return refuse(config, envoy, text_of("n"), NULL, unclassed);
+  if (choices < 0) return refuse(config, envoy, text_of("n"), unclassed);
   long long allowed =
       (cap ? cap : config->numbers[S_DEFAULT_MAX_TOKENS]) * (choices ? choices : 1);
 
@@ -658,19 +640,20 @@ static void read_body(const config_t *config, sg_filter_envoy envoy, const char 
     if (model.start[k] == '\\' && k + 2 < model.length && model.start[k + 1] == '/') continue;
     name[len++] = model.start[k];
   }
-  handle_model(config, envoy, s, n, &got, &who, (sg_module_buffer){name, len}, stream, allowed);
+  handle_model(config, envoy, s, n, &got, tenant, (sg_module_buffer){name, len}, stream,
+               allowed);
   if (name != stack_name) free(name);
 }
 
 /* A request without a body (a listing, a GET): routed by its path, as the routing stage
  * leaves it; a tenant's class is written for its record. */
-static void no_body(const config_t *config, sg_filter_envoy envoy) {
-  client_t who = client(config, envoy, false);
-  if (who.lane == CLIENT_FAST) put_string(config, envoy, S_META_PRIORITY, who.tenant->priority);
+static void no_body(const config_t *config, sg_filter_envoy envoy, const tenant_t *tenant) {
+  if (tenant != NULL) put_string(config, envoy, S_META_PRIORITY, tenant->priority);
 }
 
 /* The whole request body (what Envoy buffered, and the data of this hook), read. */
-static void read_request(const config_t *config, sg_filter_envoy envoy, bool with_received) {
+static void read_request(const config_t *config, sg_filter_envoy envoy, const tenant_t *tenant,
+                         bool with_received) {
   enum { MAX_CHUNKS = 64 };
   sg_envoy_buffer chunks[MAX_CHUNKS];
   int types[2] = {SG_BUFFERED_REQUEST_BODY, SG_RECEIVED_REQUEST_BODY};
@@ -692,9 +675,9 @@ static void read_request(const config_t *config, sg_filter_envoy envoy, bool wit
   }
   for (size_t c = 0; c < count; c++) total += into[c].length;
   if (total == 0) {
-    no_body(config, envoy);
+    no_body(config, envoy, tenant);
   } else if (count == 1) {
-    read_body(config, envoy, into[0].ptr, into[0].length);
+    read_body(config, envoy, tenant, into[0].ptr, into[0].length);
   } else {
     char *whole = malloc(total);
     if (whole != NULL) {
@@ -703,7 +686,7 @@ static void read_request(const config_t *config, sg_filter_envoy envoy, bool wit
         if (into[c].length > 0) memcpy(whole + at, into[c].ptr, into[c].length);
         at += into[c].length;
       }
-      read_body(config, envoy, whole, total);
+      read_body(config, envoy, tenant, whole, total);
       free(whole);
     }
   }
@@ -718,21 +701,23 @@ static void *model_config_new(const char *text, size_t length) {
 
 static void model_config_destroy(void *config) { config_free(config); }
 
-/* A stream's filter: whether it waits for the request's body. */
+/* A stream's filter: whether it waits for the request's body, and the tenant of its
+ * client (NULL: none), read from its headers. */
 typedef struct {
   const sg_filter_kind *kind; /* first: filter_kind.h */
   const config_t *config;
   bool reads_body;
+  const tenant_t *tenant;
 } filter_t;
 
 /* What Envoy gets when a filter cannot be made (no memory): reads nothing, so the request
  * is not routed by its model (no route serves it). Never freed. */
-static const filter_t INERT = {&sg_model_reader, NULL, false};
+static const filter_t INERT = {&sg_model_reader, NULL, false, NULL};
 
 static void *model_filter_new(void *config, sg_filter_envoy envoy) {
   filter_t *f = malloc(sizeof *f);
   if (f == NULL) return (void *)&INERT;
-  *f = (filter_t){&sg_model_reader, config, false};
+  *f = (filter_t){&sg_model_reader, config, false, NULL};
   return f;
 }
 
@@ -743,14 +728,15 @@ static void model_filter_destroy(void *filter) {
 static int model_request_headers(sg_filter_envoy envoy, void *filter, bool end_of_stream) {
   if (filter == &INERT) return SG_CONTINUE;
   filter_t *f = filter;
-  client_t who = client(f->config, envoy, true);
+  client_t who = client(f->config, envoy);
   if (who.lane == CLIENT_EXACT) return SG_CONTINUE; /* the routing stage decides it */
   if (who.lane == CLIENT_UNKNOWN) {
-    refuse(f->config, envoy, setting(f->config, S_UNKNOWN_CLIENT), NULL, NULL);
+    refuse(f->config, envoy, setting(f->config, S_UNKNOWN_CLIENT), NULL);
     return SG_CONTINUE;
   }
+  f->tenant = who.lane == CLIENT_FAST ? who.tenant : NULL;
   if (end_of_stream) {
-    no_body(f->config, envoy);
+    no_body(f->config, envoy, f->tenant);
     return SG_CONTINUE;
   }
   f->reads_body = true;
@@ -764,7 +750,7 @@ static int model_request_body(sg_filter_envoy envoy, void *filter, bool end_of_s
   if (!f->reads_body) return SG_CONTINUE;
   if (!end_of_stream) return SG_BODY_STOP_ITERATION_AND_BUFFER;
   f->reads_body = false;
-  read_request(f->config, envoy, true);
+  read_request(f->config, envoy, f->tenant, true);
   return SG_CONTINUE;
 }
 
@@ -773,7 +759,7 @@ static int model_request_trailers(sg_filter_envoy envoy, void *filter) {
   filter_t *f = filter;
   if (!f->reads_body) return SG_CONTINUE;
   f->reads_body = false;
-  read_request(f->config, envoy, false);
+  read_request(f->config, envoy, f->tenant, false);
   return SG_CONTINUE;
 }
 

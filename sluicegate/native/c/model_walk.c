@@ -54,6 +54,11 @@ int sg_member_index(const sg_members *members, const char *name, size_t length) 
   return -1;
 }
 
+const char *sg_member_name(const sg_members *members, int m, size_t *length) {
+  *length = members->lengths[m];
+  return members->names[m];
+}
+
 bool sg_is_lua_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }

@@ -25,6 +25,8 @@ sg_members *sg_members_new(const char *names, size_t length);
 void sg_members_free(sg_members *members);
 /* The index of `name` among them, or -1. */
 int sg_member_index(const sg_members *members, const char *name, size_t length);
+/* The name of member `m` (an index among them) and, in *length, its length. */
+const char *sg_member_name(const sg_members *members, int m, size_t *length);
 
 /* What the walk found: each member's first value, and the first member repeated (-1:
  * none). */
