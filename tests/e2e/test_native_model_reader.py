@@ -20,8 +20,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,14 +31,11 @@ from aiohttp import web
 
 from sluicegate import wire
 from sluicegate.config import hash_key
-from sluicegate.filters import ExtProcServer
-from sluicegate.native import MODULE, build
-from sluicegate.xds.translate import translate
-from tests.ports import free_port
+from sluicegate.model import Gateway
 from tests.translate.cases import load_case, model_from
-from tests.translate.envoy_harness import running_envoy, static_bootstrap
 
-from .access_log_collector import RECORD_ID, Collector, serve_collector, with_access_log
+from .access_log_collector import RECORD_ID
+from .native_arms import Arms, native_arms
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
@@ -107,12 +103,6 @@ async def echo(request: web.Request) -> web.Response:
     return web.json_response(answer)
 
 
-@dataclass
-class Arms:
-    urls: dict[str, str]
-    collector: Collector
-
-
 def _write_config(tmp: Path, doc: dict[str, Any]) -> Path:
     (tmp / "keys").mkdir(exist_ok=True)
     for name, key in KEYS.items():
@@ -125,40 +115,15 @@ def _write_config(tmp: Path, doc: dict[str, Any]) -> Path:
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def arms(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Arms]:
     tmp = tmp_path_factory.mktemp("native-model-reader")
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", echo)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    provider_port, ext_proc_port, collector_port = (free_port() for _ in range(3))
-    ports = {arm: free_port() for arm in ARMS}
-    await web.TCPSite(runner, "127.0.0.1", provider_port).start()
-    collector = Collector()
-    collector_server = await serve_collector(collector, collector_port)
-    models = {}
-    for arm, port in ports.items():
+
+    def model_for(arm: str, port: int, provider_port: int) -> Gateway:
         folder = tmp / f"config-{arm}"
         folder.mkdir()
         path = _write_config(folder, document(port, provider_port))
-        models[arm] = model_from(*load_case(path), path)
-    library = str(build(MODULE, into=tmp / "build"))
-    models["native"] = replace(models["native"], native_module=library)
-    ext_proc = ExtProcServer()
-    ext_proc.load(models["lua"])  # one routing stage for both: their routes are the same
-    async with AsyncExitStack() as stack:
-        await ext_proc.start(f"127.0.0.1:{ext_proc_port}")
-        stack.push_async_callback(ext_proc.stop, 0)
-        for arm, model in models.items():
-            bootstrap = static_bootstrap(translate(model), ext_proc_port=ext_proc_port)
-            folder = tmp / arm
-            folder.mkdir()
-            await stack.enter_async_context(
-                running_envoy(with_access_log(bootstrap, collector_port), folder)
-            )
-        try:
-            yield Arms({arm: f"http://127.0.0.1:{port}" for arm, port in ports.items()}, collector)
-        finally:
-            await collector_server.stop(0)
-            await runner.cleanup()
+        return model_from(*load_case(path), path)
+
+    async with native_arms(tmp, ARMS, echo, model_for) as running:
+        yield running
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
@@ -30,16 +29,12 @@ import pytest_asyncio
 from aiohttp import web
 
 from sluicegate import wire
-from sluicegate.filters import ExtProcServer
-from sluicegate.model import build_model
-from sluicegate.native import MODULE, build
-from sluicegate.xds.translate import translate
+from sluicegate.model import Gateway, build_model
 from tests.filters.admission_helpers import hashed
-from tests.ports import free_port
 from tests.translate.cases import config_of
-from tests.translate.envoy_harness import running_envoy, static_bootstrap
 
-from .access_log_collector import RECORD_ID, Collector, serve_collector, with_access_log
+from .access_log_collector import RECORD_ID
+from .native_arms import Arms, native_arms
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
@@ -164,47 +159,15 @@ tenants:
 """
 
 
-@dataclass
-class Arms:
-    urls: dict[str, str]
-    collector: Collector
-
-
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def arms(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Arms]:
     tmp = tmp_path_factory.mktemp("native-usage")
-    app = web.Application()
-    app.router.add_route("POST", "/{tail:.*}", provider)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    provider_port, ext_proc_port, collector_port = (free_port() for _ in range(3))
-    ports = {arm: free_port() for arm in ARMS}
-    await web.TCPSite(runner, "127.0.0.1", provider_port).start()
-    collector = Collector()
-    collector_server = await serve_collector(collector, collector_port)
-    models = {
-        arm: build_model(config_of(document(port, provider_port)), {})
-        for arm, port in ports.items()
-    }
-    library = str(build(MODULE, into=tmp / "build"))
-    models["native"] = replace(models["native"], native_module=library)
-    ext_proc = ExtProcServer()
-    ext_proc.load(models["envoy"])  # one routing stage for both: their routes are the same
-    async with AsyncExitStack() as stack:
-        await ext_proc.start(f"127.0.0.1:{ext_proc_port}")
-        stack.push_async_callback(ext_proc.stop, 0)
-        for arm, model in models.items():
-            bootstrap = static_bootstrap(translate(model), ext_proc_port=ext_proc_port)
-            folder = tmp / arm
-            folder.mkdir()
-            await stack.enter_async_context(
-                running_envoy(with_access_log(bootstrap, collector_port), folder)
-            )
-        try:
-            yield Arms({arm: f"http://127.0.0.1:{port}" for arm, port in ports.items()}, collector)
-        finally:
-            await collector_server.stop(0)
-            await runner.cleanup()
+
+    def model_for(arm: str, port: int, provider_port: int) -> Gateway:
+        return build_model(config_of(document(port, provider_port)), {})
+
+    async with native_arms(tmp, ARMS, provider, model_for) as running:
+        yield running
 
 
 @dataclass(frozen=True)
