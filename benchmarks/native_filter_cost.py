@@ -3,9 +3,10 @@
 Not collected by pytest. Run:  python -m benchmarks.native_filter_cost [--rounds N] [--seconds S]
 [--prompt-bytes B] [--only TEXTS]
 
-Builds benchmarks/native_filter (libsluicegate_native.so: the filters `pass` and `model`,
-the routing subset of the model reader; see its source) with gcc, then runs one Envoy (one
-worker) per arm with ENVOY_DYNAMIC_MODULES_SEARCH_PATH naming the build directory, in front
+Builds benchmarks/native_filter (libsluicegate_native.so: the filter `pass`, which does
+nothing; until session 20 also `model`, the routing subset of the model reader) and the
+product's library (sluicegate.native) with gcc, then runs one Envoy (one worker) per arm
+with ENVOY_DYNAMIC_MODULES_SEARCH_PATH naming the experiment's build directory, in front
 of the fixed-answer upstream of `sluicegate bench`, pinned as benchmarks/fast_lane_cost.py
 pins them (Envoy on one core, wrk and the upstream on the other) and sent the same request
 (fast_lane_cost's body and headers). The arms:
@@ -19,7 +20,8 @@ pins them (Envoy on one core, wrk and the upstream on the other) and sent the sa
   (the translated fast lane with the model reader, its model limits filter and its routes,
   no access log, no usage readers);
 - C model reader: the same with the Lua model reader's configuration replaced by the
-  module's `model` filter (same name, same place in the chain, same routes).
+  product's native model reader's (same name, same place in the chain, same routes;
+  session 16's runs in RESULTS.md measured the experiment's `model` filter instead).
 
 First a correctness check: the same requests through both model reader arms (routed: 200
 from the upstream; refused bodies: the routes' 400 answers), with the dynamic metadata
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
+from google.protobuf.json_format import MessageToDict
 
 from benchmarks.harness.bootstraps import bootstrap, cluster, typed
 from benchmarks.harness.cli import wanted_arms
@@ -54,8 +57,13 @@ from sluicegate import wire
 from sluicegate.config import load_config, resolve_client_keys
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.model import build_model
+from sluicegate.native import MODULE as LIBRARY
+from sluicegate.native import build as build_library
 from sluicegate.testing import free_ports
+from sluicegate.xds.translate._proto import pack
+from sluicegate.xds.translate.envoy_routing import reader_facts
 from sluicegate.xds.translate.model_reader import MODEL_READER_FILTER
+from sluicegate.xds.translate.native import native_model_reader
 
 from .fast_lane_cost import (
     ARMS,
@@ -169,17 +177,13 @@ def arm_bootstrap(name: str, work: Path, upstream: int, port: int, unused: int) 
     arm = ARMS[FAST_LANE_ARM]
     config = _bootstrap(arm, doc, upstream, port, unused)
     if name == "C model reader":
+        # The product's native model reader (sluicegate.native, docs/native-filters.md),
+        # configured from the same facts as the Lua one, in its place.
         loaded = load_config(doc)
         gateway = build_model(loaded, {}, client_keys=resolve_client_keys(loaded, doc, env={}))
-        # What envoy_routing.fast_lane_extensions gives the Lua reader, as lines.
-        settings = "\n".join([
-            f"default_max_tokens={gateway.admission.default_max_tokens}",
-            f"max_output_tokens={gateway.admission.max_output_tokens}",
-            *(f"asks_usage={model}" for model, routes in sorted(gateway.served.items())
-              if all(route.asks_stream_usage for route in routes)),
-        ])  # fmt: skip
+        native = native_model_reader(str(build_library(LIBRARY)), reader_facts(gateway))
         (reader,) = [f for f in _http_filters(config) if f["name"] == MODEL_READER_FILTER]
-        reader["typed_config"] = _module_filter("model", settings)
+        reader["typed_config"] = MessageToDict(pack(native))
     return config
 
 
