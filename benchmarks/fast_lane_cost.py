@@ -102,7 +102,8 @@ def _without_upstream_header_filters(bootstrap: dict[str, Any]) -> None:
     for cluster in bootstrap["static_resources"]["clusters"]:
         for options in cluster.get("typed_extension_protocol_options", {}).values():
             options["http_filters"] = [
-                f for f in options.get("http_filters", ()) if "header_mutation" not in json.dumps(f)
+                f for f in options.get("http_filters", ())
+                if not f["typed_config"]["@type"].endswith(".HeaderMutation")
             ]
             if not options["http_filters"]:
                 del options["http_filters"]
