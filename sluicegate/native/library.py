@@ -46,7 +46,8 @@ class Library:
 # What Envoy loads: every filter with its glue to Envoy's ABI, and the hooks (module.c).
 MODULE: Final = Library(
     "sluicegate_native",
-    ("usage_scanner.c", "usage_filter.c", "model_walk.c", "model_filter.c", "module.c"),
+    ("usage_scanner.c", "usage_filter.c", "model_walk.c", "model_filter.c",
+     "forwarded_headers.c", "module.c"),
 )
 # The scanner alone, without Envoy's symbols, for tests that call it through ctypes.
 SCANNER: Final = Library("sluicegate_usage_scanner", ("usage_scanner.c",))

@@ -6,10 +6,11 @@ path of sluicegate's native filters library on its machine (node metadata, writt
 filter configurations that load that library; an Envoy that names none gets Envoy's own filters
 (docs/native-filters.md, "Turning it on"). The Envoys naming one path form a class of
 the snapshot cache (xds.server.NodeClasses) with a snapshot of its own: the default
-snapshot with its listeners and the fast lane's filter configurations (ECDS) translated
-again for that path (translate.NATIVE_TYPES; nothing else differs).
+snapshot with its clusters (their forwarded headers filter), listeners and the fast lane's
+filter configurations (ECDS) translated again for that path (translate.NATIVE_TYPES;
+nothing else differs).
 
-An Envoy that rejects (NACKs) its class's listeners or filter configurations because
+An Envoy that rejects (NACKs) its class's clusters, listeners or filter configurations because
 it cannot load a dynamic module is moved to Envoy's own filters, and the pair (node,
 path) is remembered as refused until that node id connects again with no ADS stream left
 open (a new Envoy process, or a reconnect: it is given its library again): so a wrong
@@ -28,7 +29,8 @@ higher cost). A control plane that restarts forgets all of this.
 Node metadata is what any xDS client says of itself, so it is bounded: a path must be
 absolute, printable and at most MAX_PATH_CHARS long (envoy.declared_native_module), and
 at most MAX_LIBRARIES distinct libraries get classes (each costs a translation of the
-listeners and filter configurations on every change); a node naming another beyond them
+changed routes' clusters, the listeners and filter configurations on every change); a
+node naming another beyond them
 gets Envoy's own filters.
 """
 
@@ -44,9 +46,9 @@ from typing import Any, Final
 from sluicegate.config import NATIVE_NODE
 from sluicegate.envoy import declared_native_module
 from sluicegate.model import Gateway
-from sluicegate.xds.resource import EXTENSION_CONFIG, LISTENER
+from sluicegate.xds.resource import CLUSTER, EXTENSION_CONFIG, LISTENER
 from sluicegate.xds.server import InconsistentSnapshot, Snapshot, SnapshotCache
-from sluicegate.xds.translate import NATIVE_TYPES, translate_native
+from sluicegate.xds.translate import NATIVE_TYPES, RouteMemo, translate_native
 
 log = logging.getLogger("sluicegate.control_plane")
 
@@ -71,6 +73,8 @@ class NativeNodes:
         # path -> (the default's versions of NATIVE_TYPES it was made from, its resources
         # of those types)
         self._native: dict[str, tuple[tuple[str, ...], Snapshot]] = {}
+        # path -> its unchanged routes' clusters, as the default translation keeps them
+        self._memos: dict[str, RouteMemo] = {}
         # (node id, path) -> why the node fell back to Envoy's filters (Envoy's NACK, or
         # its restarts), for /status
         self.refused: dict[tuple[str, str], str] = {}
@@ -89,6 +93,7 @@ class NativeNodes:
         classes = self._cache.node_classes()
         for gone in set(self._native) - classes:
             del self._native[gone]
+            self._memos.pop(gone, None)
         for path in sorted(classes):
             made = self.snapshot_of(path)
             if made is None:
@@ -167,10 +172,14 @@ class NativeNodes:
         versions = tuple(snapshot.version(type_url) for type_url in NATIVE_TYPES)
         native = self._native.get(node_class)
         if native is None or native[0] != versions:
-            translated = translate_native(dataclasses.replace(model, native_module=node_class))
+            memo = self._memos.setdefault(node_class, RouteMemo())
+            translated = translate_native(
+                dataclasses.replace(model, native_module=node_class), memo
+            )
             native = (versions, Snapshot.from_resources(translated))
             self._native[node_class] = native
         resources = {type_url: snapshot.resources(type_url) for type_url in snapshot.type_urls()}
+        resources[CLUSTER] = native[1].resources(CLUSTER)
         resources[LISTENER] = native[1].resources(LISTENER)
         # The default's filter configurations stay beside the class's: a delta stream
         # removes what a snapshot lacks, and connections draining from a listener of the

@@ -38,7 +38,7 @@ typedef struct {
   size_t length;
 } sg_module_buffer;
 
-/* A header owned by Envoy (only in the hooks this module leaves empty). */
+/* A header owned by Envoy (the forwarded headers filter lists a request's). */
 typedef struct {
   const char *key_ptr;
   size_t key_length;
@@ -76,6 +76,16 @@ bool envoy_dynamic_module_callback_http_get_header(sg_filter_envoy filter, int h
                                                   size_t index, size_t *count);
 /* Sets header `key` to `value`; an empty value (NULL or length 0) removes the header. */
 bool envoy_dynamic_module_callback_http_set_header(sg_filter_envoy filter, int header_type,
+                                                  sg_module_buffer key, sg_module_buffer value);
+/* How many entries a header map has (a name with two values is two), and every entry, in
+ * the map's order, into an array that long (pointers into Envoy's map, valid until the
+ * map changes). */
+size_t envoy_dynamic_module_callback_http_get_headers_size(sg_filter_envoy filter,
+                                                           int header_type);
+bool envoy_dynamic_module_callback_http_get_headers(sg_filter_envoy filter, int header_type,
+                                                    sg_envoy_header *headers);
+/* Adds a value of header `key` (copied), after any it has. */
+bool envoy_dynamic_module_callback_http_add_header(sg_filter_envoy filter, int header_type,
                                                   sg_module_buffer key, sg_module_buffer value);
 /* A body's slices: how many, then the slices into an array that long. */
 size_t envoy_dynamic_module_callback_http_get_body_chunks_size(sg_filter_envoy filter,

@@ -33,5 +33,6 @@ typedef struct {
 
 extern const sg_filter_kind sg_usage_reader; /* usage_filter.c */
 extern const sg_filter_kind sg_model_reader; /* model_filter.c */
+extern const sg_filter_kind sg_forwarded_headers; /* forwarded_headers.c */
 
 #endif

@@ -1,5 +1,6 @@
 /* The library's hooks: what Envoy calls, passed on to the kind of filter the object
- * belongs to (filter_kind.h). The filters are in usage_filter.c and model_filter.c. */
+ * belongs to (filter_kind.h). The filters are in usage_filter.c, model_filter.c and
+ * forwarded_headers.c. */
 #include <string.h>
 
 #include "envoy_abi.h"
@@ -8,7 +9,8 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-static const sg_filter_kind *const KINDS[] = {&sg_usage_reader, &sg_model_reader};
+static const sg_filter_kind *const KINDS[] = {&sg_usage_reader, &sg_model_reader,
+                                              &sg_forwarded_headers};
 
 static const sg_filter_kind *kind_of(const void *object) {
   return ((const sg_object *)object)->kind;

@@ -74,19 +74,24 @@ def translate(gateway: Gateway, memo: RouteMemo | None = None) -> dict[str, list
 
 
 # The resource types that differ between two gateways that differ only in `native_module`.
-NATIVE_TYPES = (LISTENER, EXTENSION_CONFIG)
+NATIVE_TYPES = (CLUSTER, LISTENER, EXTENSION_CONFIG)
 
 
-def translate_native(gateway: Gateway) -> dict[str, list[Message]]:
-    """`translate(gateway)`'s NATIVE_TYPES alone: the listeners (the usage reader) and
-    the fast lane's filter configurations (the model reader), the only resources that
-    differ between two gateways that differ only in `native_module`, so an Envoy with the
-    native library is served those (stack/native_nodes.py; tests/stack/test_native_nodes.py
-    checks that nothing else differs)."""
-    return {
+def translate_native(gateway: Gateway, memo: RouteMemo | None = None) -> dict[str, list[Message]]:
+    """`translate(gateway)`'s NATIVE_TYPES alone: the clusters (what a provider receives),
+    the listeners (the usage reader) and the fast lane's filter configurations (the model
+    reader), the only resources that differ between two gateways that differ only in
+    `native_module`, so an Envoy with the native library is served those
+    (stack/native_nodes.py; tests/stack/test_native_nodes.py checks that nothing else
+    differs). A `memo` reuses unchanged routes' clusters, as in translate()."""
+    resources: dict[str, list[Message]] = {
+        CLUSTER: list(build_clusters(gateway, memo)),
         EXTENSION_CONFIG: list(fast_lane_extensions(gateway)),
         LISTENER: list(build_listeners(gateway)),
     }
+    if memo is not None:
+        memo.finish()
+    return resources
 
 
 def models_list_json(gateway: Gateway, path_prefix: str | None = None) -> bytes:

@@ -24,7 +24,8 @@ from endpoint metadata (endpoints.py):
 4. what the provider receives (forwarded_headers.py): every request header off its
    allowlist is removed (the provider header too, now that the credentials filter has
    matched on it), its fixed headers are set, credentials leave the query string. Last,
-   so nothing an earlier filter or the router added slips through;
+   so nothing an earlier filter or the router added slips through. With the native
+   library (docs/native-filters.md), its filter in place of header_mutation's;
 5. upstream_codec, which must be last.
 TLS is chosen per provider with transport_socket_matches on endpoint metadata; plain
 providers use the cluster's default raw-buffer socket. Verification checks the CA *and*
@@ -85,17 +86,21 @@ ATTEMPT_ATTRIBUTES = ("xds.route_metadata", wire.UPSTREAM_HOST_METADATA_ATTRIBUT
 
 def build_clusters(gateway: Gateway, memo: RouteMemo | None = None) -> list[cluster_pb2.Cluster]:
     """One cluster per route, sorted by name (unchanged routes' from `memo`)."""
+    module = gateway.native_module
     if memo is None:
-        clusters = [_cluster(route, gateway.limits) for route in gateway.routes]
+        clusters = [_cluster(route, gateway.limits, module) for route in gateway.routes]
     else:
         clusters = [
-            memo.get("cluster", route, gateway.limits, partial(_cluster, route, gateway.limits))
+            memo.get(
+                ("cluster", module), route, gateway.limits,
+                partial(_cluster, route, gateway.limits, module),
+            )
             for route in gateway.routes
-        ]
+        ]  # fmt: skip
     return sorted(clusters, key=lambda cluster: cluster.name)
 
 
-def _cluster(route: Route, limits: Limits) -> cluster_pb2.Cluster:
+def _cluster(route: Route, limits: Limits, native_module: str | None) -> cluster_pb2.Cluster:
     cluster = cluster_pb2.Cluster(
         name=route.cluster_name,
         connect_timeout=connect_timeout(route),
@@ -104,7 +109,7 @@ def _cluster(route: Route, limits: Limits) -> cluster_pb2.Cluster:
             locality_weighted_lb_config=cluster_pb2.Cluster.CommonLbConfig.LocalityWeightedLbConfig()
         ),
         typed_extension_protocol_options={
-            HTTP_PROTOCOL_OPTIONS: pack(_http_protocol_options(route, limits))
+            HTTP_PROTOCOL_OPTIONS: pack(_http_protocol_options(route, limits, native_module))
         },
         transport_socket=base_pb2.TransportSocket(
             name="envoy.transport_sockets.raw_buffer", typed_config=pack(raw_buffer_pb2.RawBuffer())
@@ -144,7 +149,7 @@ def _cluster(route: Route, limits: Limits) -> cluster_pb2.Cluster:
 
 
 def _http_protocol_options(
-    route: Route, limits: Limits
+    route: Route, limits: Limits, native_module: str | None
 ) -> http_protocol_options_pb2.HttpProtocolOptions:
     filters = [_header_mutation_filter()]
     if route.needs_attempt_processing:
@@ -166,7 +171,7 @@ def _http_protocol_options(
     filters.extend(credential_filters(route))
     # Last before the codec: keeps the key just injected, drops the provider header the
     # credentials filter matched on and whatever else is not on the provider's list.
-    filters.append(forwarded_headers_filter(route))
+    filters.append(forwarded_headers_filter(route, native_module))
     filters.append(
         hcm_pb2.HttpFilter(
             name=UPSTREAM_CODEC_FILTER, typed_config=pack(upstream_codec_pb2.UpstreamCodec())

@@ -37,9 +37,11 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 
+from sluicegate import wire
 from sluicegate.model import Provider, Route
 
 from ._proto import execute_filter, pack, per_provider_filter
+from .native import native_forwarded_headers
 
 # Stats appear as cluster.<name>.… under this name.
 FORWARDED_HEADERS_FILTER = "sluicegate.forwarded_headers"
@@ -72,15 +74,19 @@ def allowed_headers(provider: Provider) -> tuple[str, ...]:
     return tuple(sorted({*CLIENT_HEADERS, *KEPT, *provider.forward_headers}))
 
 
-def forwarded_headers_filter(route: Route) -> hcm_pb2.HttpFilter:
-    """The upstream filter giving each attempt's provider what it may receive.
+def forwarded_headers_filter(route: Route, native_module: str | None = None) -> hcm_pb2.HttpFilter:
+    """The upstream filter giving each attempt's provider what it may receive: with a
+    `native_module`, the library's (native_forwarded_headers_config), else header_mutation.
 
     Must follow the credentials filter (secrets.py): it keeps the Authorization that
     filter set and removes the provider header that filter matched on.
     """
+    if native_module is not None:
+        return native_forwarded_headers(
+            FORWARDED_HEADERS_FILTER, native_module, native_forwarded_headers_config(route)
+        )
     providers = sorted((backend.provider for backend in route.backends), key=lambda p: p.name)
-    variants = {(p.forward_headers, p.headers) for p in providers}
-    if len(variants) == 1:
+    if len(_variants(providers)) == 1:
         return hcm_pb2.HttpFilter(
             name=FORWARDED_HEADERS_FILTER, typed_config=pack(_mutation(providers[0]))
         )
@@ -91,6 +97,32 @@ def forwarded_headers_filter(route: Route) -> hcm_pb2.HttpFilter:
     return per_provider_filter(
         FORWARDED_HEADERS_FILTER, runs, execute_filter("forward-default", default)
     )
+
+
+def native_forwarded_headers_config(route: Route) -> str:
+    """The native filter's configuration (c/forwarded_headers.c): the same lists as the
+    header_mutation filters, as `key=value` lines. The lines before any `provider=` are
+    for a provider no block names: a route whose providers all receive the same has them
+    alone; otherwise each provider has its block and they hold the built-in list."""
+    providers = sorted((backend.provider for backend in route.backends), key=lambda p: p.name)
+    lines = [f"provider_header={wire.PROVIDER_HEADER}"]
+    if len(_variants(providers)) == 1:
+        lines += _native_block(allowed_headers(providers[0]), providers[0].headers)
+    else:
+        lines += _native_block(sorted({*CLIENT_HEADERS, *KEPT}), ())
+        for provider in providers:
+            lines.append(f"provider={provider.name}")
+            lines += _native_block(allowed_headers(provider), provider.headers)
+    return "".join(line + "\n" for line in lines)
+
+
+def _native_block(allowed: Iterable[str], headers: Iterable[tuple[str, str]]) -> list[str]:
+    return [f"allow={name}" for name in allowed] + [f"set={n}:{v}" for n, v in headers]
+
+
+def _variants(providers: Iterable[Provider]) -> set[tuple[object, ...]]:
+    """The distinct things providers receive: one filter serves a route with one."""
+    return {(p.forward_headers, p.headers) for p in providers}
 
 
 def _mutation_filter(

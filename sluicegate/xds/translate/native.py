@@ -51,6 +51,7 @@ NATIVE_MODEL_READER_FILTER: Final = "sluicegate.native_model_reader"
 # The filters' names inside the library (c/usage_filter.c, c/model_filter.c).
 USAGE_READER: Final = "usage_reader"
 MODEL_READER: Final = "model_reader"
+FORWARDED_HEADERS: Final = "forwarded_headers"
 
 
 # The reader names whose answers the usage reader reads; any other name it does not know
@@ -165,3 +166,10 @@ def native_usage_reader(module: str) -> hcm_pb2.HttpFilter:
 def native_model_reader(module: str, facts: ReaderFacts) -> typed_struct_pb2.TypedStruct:
     """The native model reader's configuration, for the library at `module`."""
     return _dynamic_module_filter(module, MODEL_READER, model_reader_config(facts))
+
+
+def native_forwarded_headers(name: str, module: str, config: str) -> hcm_pb2.HttpFilter:
+    """The upstream filter `name` running the library's forwarded headers filter with
+    `config` (forwarded_headers.native_forwarded_headers_config)."""
+    typed = _dynamic_module_filter(module, FORWARDED_HEADERS, config)
+    return hcm_pb2.HttpFilter(name=name, typed_config=pack(typed))

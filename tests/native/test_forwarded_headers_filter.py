@@ -1,0 +1,182 @@
+"""The native forwarded headers filter (sluicegate/native/c/forwarded_headers.c) against
+its specification, the header_mutation filters the translator writes
+(xds/translate/forwarded_headers.py), through a mock of Envoy's header map
+(headers_harness.c, built with gcc here, with AddressSanitizer and UBSan when gcc has
+them).
+
+The specification is executed, not restated: a header is removed when one of the
+translator's own regular expressions (`removal_regexes`) matches its whole name (Python's
+`re` and RE2 agree on these: literals, classes, `.*`, groups); a provider's block is the
+one Envoy's composite would pick (the provider header's values joined by a comma, matched
+exactly); the fixed headers then replace every value. The configurations are the
+translator's (native_forwarded_headers_config) for the golden case forwarded_headers.yaml:
+route `same` (one list) and route `mixed` (a block per provider, the built-in list for
+any other).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from sluicegate import wire
+from sluicegate.model import Provider, Route
+from sluicegate.native import MODULE
+from sluicegate.xds.translate.forwarded_headers import (
+    CLIENT_HEADERS,
+    KEPT,
+    allowed_headers,
+    native_forwarded_headers_config,
+    removal_regexes,
+)
+from tests.native.mock_envoy import build_mock, run_mock
+from tests.translate.cases import model_of
+
+HARNESS: Final = Path(__file__).with_name("headers_harness.c")
+SOURCES: Final = ("forwarded_headers.c",)
+FUZZ_REQUESTS: Final = 3000
+ROUTES: Final = {route.name: route for route in model_of("forwarded_headers").routes}
+
+Headers = list[tuple[str, str]]
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    assert set(SOURCES) <= set(MODULE.sources)  # the files the library is built from
+    return build_mock(HARNESS, SOURCES, tmp_path_factory.mktemp("headers") / "harness")
+
+
+def run(harness: Path, config: str, requests: list[Headers]) -> list[tuple[int, Headers]]:
+    """What the filter returned and left of each request, under `config`."""
+    script = f"config\n{config}.\n"
+    for headers in requests:
+        script += "request\n" + "".join(f"{n}\t{v}\n" for n, v in headers) + ".\n"
+    lines = run_mock(harness, stdin=script).splitlines()
+    assert lines[0] == "ok", lines[0]
+    results: list[tuple[int, Headers]] = []
+    at = 1
+    for _ in requests:
+        status, left = int(lines[at]), []
+        at += 1
+        while lines[at] != ".":
+            name, value = lines[at].split("\t", 1)
+            left.append((name, value))
+            at += 1
+        results.append((status, left))
+        at += 1
+    return results
+
+
+def expected(route: Route, headers: Headers) -> Headers:
+    """What the header_mutation filters leave of `headers` on an attempt to `route`."""
+    providers = sorted((b.provider for b in route.backends), key=lambda p: p.name)
+    chosen: Provider | None = providers[0]
+    if len({(p.forward_headers, p.headers) for p in providers}) > 1:
+        named = ",".join(v for n, v in headers if n == wire.PROVIDER_HEADER)
+        chosen = next((p for p in providers if p.name == named), None)
+    fixed: tuple[tuple[str, str], ...] = ()
+    if chosen is None:
+        allowed = tuple(sorted({*CLIENT_HEADERS, *KEPT}))
+    else:
+        allowed, fixed = allowed_headers(chosen), chosen.headers
+    patterns = [re.compile(regex) for regex in removal_regexes(allowed)]
+    left = [(n, v) for n, v in headers if not any(p.fullmatch(n) for p in patterns)]
+    for name, value in fixed:
+        left = [(n, v) for n, v in left if n != name] + [(name, value)]
+    return left
+
+
+# Names a request may carry: every listed name, names a letter or a separator away from
+# them or from a prefix, pseudo-headers, what must never pass, and the provider header.
+NAMES: Final = (
+    *CLIENT_HEADERS, *KEPT, "idempotency-key", "openai-organization", "openai-project",
+    "accep", "accepts", "accept-x", "user-agen", "content-typ", "content-length2",
+    "x-stainless", "x-stainless-", "x-stainless-os", "x-stainlessos", "x-stainlesS",
+    "idempotency-keys", "idempotency", ":path", ":authority", ":method", ":",
+    "cookie", "x-api-key", "x-forwarded-for", "x-envoy-expected-rq-timeout-ms", "a", "x",
+    "x-", "traceparent2", "tracestat", "authorizatio", "openai-bet", "openai-beta-",
+)  # fmt: skip
+PROVIDER_VALUES: Final = ("openai", "local", "zzz", "", "openai,local", "OpenAI")
+TOKEN: Final = "abcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~"
+
+
+def random_request(rng: random.Random) -> Headers:
+    headers: Headers = []
+    for _ in range(rng.randrange(0, 14)):
+        roll = rng.random()
+        if roll < 0.6:
+            name = rng.choice(NAMES)
+        elif roll < 0.8:
+            name = "".join(rng.choice(TOKEN) for _ in range(rng.randrange(1, 12)))
+        else:
+            name = wire.PROVIDER_HEADER
+        if name == wire.PROVIDER_HEADER:
+            value = rng.choice(PROVIDER_VALUES)
+        else:
+            value = "".join(chr(rng.randrange(33, 127)) for _ in range(rng.randrange(1, 9)))
+        headers.append((name, value))
+    return headers
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_fixed_cases(harness: Path, route: str) -> None:
+    requests: list[Headers] = [
+        [],
+        [(":method", "POST"), ("accept", "a"), ("cookie", "c"), ("accept", "b")],
+        [("x-stainless-os", "Linux"), ("x-stainless-", "x"), ("x-stainless", "no")],
+        [("openai-organization", "org-client"), ("openai-organization", "org-2")],
+        [(wire.PROVIDER_HEADER, "openai"), ("idempotency-key", "k"), ("x-stainless-lang", "p")],
+        [(wire.PROVIDER_HEADER, "local"), ("idempotency-key", "k"), ("x-stainless-lang", "p")],
+        [(wire.PROVIDER_HEADER, "openai"), (wire.PROVIDER_HEADER, "openai"), ("x-stainless", "1")],
+        [("a", str(i)) for i in range(300)] + [("accept", "kept")],  # beyond the stack's list
+    ]  # fmt: skip
+    results = run(harness, native_forwarded_headers_config(ROUTES[route]), requests)
+    for headers, (status, left) in zip(requests, results, strict=True):
+        assert status == 0
+        assert left == expected(ROUTES[route], headers), headers
+
+
+def test_provider_blocks_differ() -> None:
+    """The cases above could not fail on `mixed` if its providers received the same."""
+    mixed = ROUTES["mixed"]
+    assert len({(b.provider.forward_headers, b.provider.headers) for b in mixed.backends}) == 2
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_fuzzed_requests(harness: Path, route: str, seed: int) -> None:
+    rng = random.Random(f"{route}-{seed}")
+    requests = [random_request(rng) for _ in range(FUZZ_REQUESTS)]
+    results = run(harness, native_forwarded_headers_config(ROUTES[route]), requests)
+    removed = 0
+    for headers, (status, left) in zip(requests, results, strict=True):
+        assert status == 0
+        assert left == expected(ROUTES[route], headers), headers
+        removed += len(headers) - len(left)
+    assert removed > FUZZ_REQUESTS  # the requests did carry headers off the lists
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "allow=accept\n",  # no provider header
+        "provider_header=x-p\nprovider_header=x-q\n",
+        "provider_header=x-p\nallow=Accept\n",  # names are lower case
+        "provider_header=x-p\nallow=*\n",
+        "provider_header=x-p\nallow=\n",
+        "provider_header=x-p\nallow=a b\n",
+        "provider_header=x-p\nprovider=a\nprovider=a\n",
+        "provider_header=x-p\nprovider=\n",
+        "provider_header=x-p\nset=x-a\n",  # no value
+        "provider_header=x-p\nset=x-a:\n",
+        "provider_header=x-p\nset=:v\n",
+        "provider_header=x-p\nremove=x-a\n",
+        "provider_header=x-p\nallow\n",
+    ],
+)
+def test_wrong_configurations_are_refused(harness: Path, config: str) -> None:
+    assert run_mock(harness, stdin=f"config\n{config}.\n").strip() == "refused"
