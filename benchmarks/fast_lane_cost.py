@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -57,9 +58,9 @@ from sluicegate import wire
 from sluicegate.config import hash_key, load_config, resolve_client_keys
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.model import build_model
-from sluicegate.native import resolve_module
+from sluicegate.native import MODULE, build, resolve_module
 from sluicegate.testing import free_ports, static_bootstrap
-from sluicegate.xds.translate import translate
+from sluicegate.xds.translate import CLUSTER, translate
 from sluicegate.xds.translate._ext_proc import EXT_PROC_FILTER as ROUTING_STAGE_FILTER
 from sluicegate.xds.translate.error_bodies import ERROR_BODY_FILTER
 from sluicegate.xds.translate.faults import FAULT_FILTER
@@ -131,6 +132,11 @@ PEER_PARTS: Final[dict[str, Callable[[dict[str, Any]], None]]] = {
 }
 
 
+# The envoy peer with the native library's header allowlist in place of header_mutation's.
+NATIVE_PEER: Final = "envoy peer with the native header allowlist"
+# The native arm's tenant field for its clusters translated without the library.
+ENVOY_ALLOWLIST: Final = "native+Envoy's allowlist"
+
 # name -> (HTTP filters removed, access log removed (True), kept (False) or the record
 # log replaced by one of RECORD_LOGS, tenant: None, "key", "limits", "auto",
 # or "scenarios": no tenant, scenarios declared; "native" before any of them, joined by
@@ -167,6 +173,7 @@ ARMS: Final[dict[str, Arm | str]] = {
     "plain": "plain",
     "envoy peer": "envoy peer",
     **{f"envoy peer without {part}": f"envoy peer without {part}" for part in PEER_PARTS},
+    NATIVE_PEER: NATIVE_PEER,
     "fast lane, as translated": (frozenset(), False, None),
     "without the record access log": (frozenset(), True, None),
     "without the usage readers": (READERS, False, None),
@@ -202,6 +209,8 @@ ARMS: Final[dict[str, Arm | str]] = {
         "otel 1 MiB batches",
         "native",
     ),
+    # The native arms as they stood before the library had the header allowlist.
+    "with the native readers, Envoy's header allowlist": (frozenset(), False, ENVOY_ALLOWLIST),
     "with the native readers and a tenant: key check and token buckets": (
         frozenset(),
         False,
@@ -220,6 +229,8 @@ def _document(listener: int, upstream: int, tenant: str | None, work: Path) -> d
         "routes": [{"name": "bench", "models": [MODEL], "backends": [{"provider": "upstream"}]}],
         "admission": {"lane": "fast"},
     }
+    if tenant == ENVOY_ALLOWLIST:  # its clusters are replaced in _bootstrap
+        tenant = "native"
     if tenant is not None and tenant.startswith("native"):
         doc["native_filters"] = {"module": "auto"}
         tenant = tenant.partition("+")[2] or None
@@ -254,12 +265,14 @@ def _bootstrap(
         doc.pop("native_filters", None)
         work = path.parent / f"peer-{port}"
         work.mkdir()
+        if arm == NATIVE_PEER:
+            return plain_bootstrap(doc, work, native_module=str(build(MODULE)))
         peer = plain_bootstrap(doc, work)
         if arm != "envoy peer":
             PEER_PARTS[arm.removeprefix("envoy peer without ")](peer)
         return peer
     assert not isinstance(arm, str)
-    removed, log_off, _tenant = arm
+    removed, log_off, tenant = arm
     config = load_config(path)
     gateway = build_model(
         config,
@@ -271,6 +284,8 @@ def _bootstrap(
     if config.native_filters.module not in ("off", "node") and gateway.native_module is None:
         raise RuntimeError("the native readers' arm: the library could not be built")
     resources = without(translate(gateway), removed, drop_access_log=log_off is True)
+    if tenant == ENVOY_ALLOWLIST:
+        resources[CLUSTER] = translate(replace(gateway, native_module=None))[CLUSTER]
     made = static_bootstrap(resources, ext_proc_port=ext_proc)
     if isinstance(log_off, str):
         for listener in made["static_resources"]["listeners"]:

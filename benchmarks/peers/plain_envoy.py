@@ -87,15 +87,19 @@ def _without_routing_stage(config: Message) -> route_pb2.RouteConfiguration:
     return result
 
 
-def plain_bootstrap(doc: Mapping[str, Any], work: Path) -> dict[str, Any]:
+def plain_bootstrap(
+    doc: Mapping[str, Any], work: Path, native_module: str | None = None
+) -> dict[str, Any]:
     """sluicegate's translation of `doc` (one route, one model) as plain Envoy runs it:
-    see the module's docstring. The document is written to work/sluicegate.yaml."""
+    see the module's docstring. The document is written to work/sluicegate.yaml. With a
+    `native_module`, the native library's filters where the translation has them (of
+    this edit's, the forwarded headers filter)."""
     path = work / "sluicegate.yaml"
     # The routing stage's routes (on its headers), which this edit then leaves to the
     # router alone: without a lane the default may be Envoy's own routing.
     exact = {**doc, "admission": {**doc.get("admission", {}), "lane": "exact"}}
     path.write_text(yaml.safe_dump(exact, sort_keys=False))
-    resources = translate(build_model(load_config(path), {}))
+    resources = translate(build_model(load_config(path), {}, native_module=native_module))
     edited = {
         **resources,
         LISTENER: edited_listeners(resources, _router_only),

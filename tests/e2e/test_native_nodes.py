@@ -18,7 +18,8 @@ import pytest
 from sluicegate.envoy import EnvoyProcess, make_bootstrap
 from sluicegate.stack.native_nodes import CRASH_STARTS
 from sluicegate.testing import quickstart_on_free_ports
-from sluicegate.xds.resource import LISTENER
+from sluicegate.xds.resource import CLUSTER
+from sluicegate.xds.translate import NATIVE_TYPES
 from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER
 from sluicegate.xds.translate.usage import JSON_TO_METADATA_FILTER
 from tests.e2e.stack import post_chat, running_stack
@@ -71,7 +72,11 @@ def test_up_serves_its_envoy_its_library_and_an_envoy_that_cannot_load_one_falls
             assert [(r["node_id"], r["path"]) for r in refused] == [("second", MISSING)]
             nodes = {n["node_id"]: n for n in status["nodes"]}
             assert nodes["second"]["class"] is None
-            assert nodes["second"]["last_nacks"][LISTENER]["count"] == 1
+            # One NACK of its clusters (CDS comes first), and of the listeners if they
+            # were sent before the fallback: each refused type once.
+            nacks = {key: nack["count"] for key, nack in nodes["second"]["last_nacks"].items()}
+            assert nacks[CLUSTER] == 1 and set(nacks) <= set(NATIVE_TYPES), nacks
+            assert set(nacks.values()) == {1}, nacks
             assert not nodes["second"]["nacks"]  # its Envoy's filters were taken
             assert nodes[node["id"]]["class"] == library
         # up's Envoy kept its own all along.
