@@ -43,6 +43,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,7 +52,14 @@ import yaml
 from benchmarks.harness.bootstraps import plain_gateway
 from benchmarks.harness.cli import benchmark_parser, wanted_arms
 from benchmarks.harness.ext_proc_child import ExtProcChild
-from benchmarks.harness.processes import ENVOY_CORE, LOAD_CORE, pin, stop_tree, wait_listening
+from benchmarks.harness.processes import (
+    ENVOY_CORE,
+    LOAD_CORE,
+    cpu_seconds,
+    pin,
+    stop_tree,
+    wait_listening,
+)
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
 from sluicegate import wire
@@ -64,6 +72,10 @@ from sluicegate.xds.translate import CLUSTER, translate
 from sluicegate.xds.translate._ext_proc import EXT_PROC_FILTER as ROUTING_STAGE_FILTER
 from sluicegate.xds.translate.error_bodies import ERROR_BODY_FILTER
 from sluicegate.xds.translate.faults import FAULT_FILTER
+from sluicegate.xds.translate.forwarded_headers import (
+    FORWARDED_HEADERS_FILTER,
+    HEADER_MUTATION_FILTER,
+)
 from sluicegate.xds.translate.listeners import HCM_FILTER
 from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
 from sluicegate.xds.translate.usage import JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER
@@ -110,6 +122,19 @@ def _without_upstream_header_filters(bootstrap: dict[str, Any]) -> None:
                 del options["http_filters"]
 
 
+def _without_upstream_filter(name: str, bootstrap: dict[str, Any]) -> None:
+    """The upstream HTTP filter `name` taken out of every cluster (RuntimeError if none
+    has it, so a renamed filter cannot leave an arm measuring nothing)."""
+    found = False
+    for cluster in bootstrap["static_resources"]["clusters"]:
+        for options in cluster.get("typed_extension_protocol_options", {}).values():
+            filters = options.get("http_filters", ())
+            options["http_filters"] = [f for f in filters if f["name"] != name]
+            found |= len(options["http_filters"]) < len(filters)
+    if not found:
+        raise RuntimeError(f"no cluster has the upstream filter {name!r}")
+
+
 def _without_resilience(bootstrap: dict[str, Any]) -> None:
     for cluster in bootstrap["static_resources"]["clusters"]:
         cluster.pop("outlier_detection", None)
@@ -128,6 +153,8 @@ PEER_PARTS: Final[dict[str, Callable[[dict[str, Any]], None]]] = {
     ),
     "the local reply config": lambda b: _listener_manager(b).pop("local_reply_config"),
     "the upstream header filters (the allowlist)": _without_upstream_header_filters,
+    "the provider header filter": partial(_without_upstream_filter, HEADER_MUTATION_FILTER),
+    "the allowlist filter": partial(_without_upstream_filter, FORWARDED_HEADERS_FILTER),
     "retries, outlier detection and circuit breakers": _without_resilience,
 }
 
@@ -350,7 +377,9 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
     envoys: list[EnvoyProcess] = []
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
+    # per arm and round: p50 s (c=1), requests/s and Envoy's CPU s per request (c=32)
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in arms}
+    pids: dict[str, int] = {}
     first = str(next(iter(files.values())))
     try:
         with ExtProcChild(serve_ext_proc, first) as ext_proc:
@@ -362,6 +391,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
                 envoy.start_blocking()
                 assert envoy.pid is not None
                 pin(envoy.pid, ENVOY_CORE)
+                pids[name] = envoy.pid
             wait_listening(upstream, 30.0)
             urls = {name: f"http://127.0.0.1:{port}/v1/chat/completions"
                     for name, port in zip(arms, ports, strict=True)}  # fmt: skip
@@ -371,35 +401,65 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None) -> str:
             names = list(arms)
             for index in range(rounds):
                 for name in names[index % len(names) :] + names[: index % len(names)]:
+                    pid = pids[name]
                     p50, _, _ = wrk_run(urls[name], 1, seconds, script)
-                    _, rate, _ = wrk_run(urls[name], 32, seconds, script)
-                    results[name].append((p50, rate))
+                    before = cpu_seconds(pid)
+                    _, rate, count = wrk_run(urls[name], 32, seconds, script)
+                    results[name].append((p50, rate, (cpu_seconds(pid) - before) / count))
     finally:
         for envoy in envoys:
             envoy.stop_blocking()
         stop_tree(fixed)
-    lines = [
+    header = (
         f"{today()}; {machine()}; Envoy with 1 worker per arm; a {prompt_bytes:,}-byte prompt; "
-        f"wrk -t1 -c1 and -c32 for "
-        f"{seconds} s each per arm and round, {rounds} rounds (the arms in turn, the order "
-        "rotating)",
-        "",
-        "| arm | p50 µs (c=1) | added p50 µs | req/s (c=32) | x plain |",
-        "|---|---:|---:|---:|---:|",
+        f"wrk -t1 -c1 and -c32 for {seconds} s each per arm and round, {rounds} rounds (the "
+        "arms in turn, the order rotating)"
+    )
+    return "\n".join([header, "", *cost_tables(results)])
+
+
+def cost_tables(results: dict[str, list[tuple[float, float, float]]]) -> list[str]:
+    """The lines of a run's tables: per arm (in `results`' order, `plain` among them) the
+    medians of its rounds and their differences from plain, then every round's figures.
+    `results`: per arm and round, p50 µs (c=1), requests/s and Envoy's CPU s a request
+    (c=32)."""
+    rounds = len(results["plain"])
+    lines = [
+        "| arm | p50 µs (c=1) | added p50 µs | lowest p50 µs (added) | req/s (c=32) | x plain "
+        "| Envoy CPU µs/req (c=32) | added CPU µs/req |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     plain = results["plain"]
-    for name in arms:
-        p50s = [p for p, _ in results[name]]
-        rates = [r for _, r in results[name]]
-        added = median([a - b for a, (b, _) in zip(p50s, plain, strict=True)])
-        ratio = median([a / b for a, (_, b) in zip(rates, plain, strict=True)])
-        lines.append(f"| {name} | {median(p50s):.1f} | {added:+.1f} | {median(rates):,.0f} | "
-                     f"{ratio:.2f}x |")  # fmt: skip
-    lines += [
+    plain_lowest = min(p for p, _, _ in plain)
+    for name, figures in results.items():
+        p50s = [p for p, _, _ in figures]
+        rates = [r for _, r, _ in figures]
+        cpus = [c * 1e6 for _, _, c in figures]
+        added = median([a - b for a, (b, _, _) in zip(p50s, plain, strict=True)])
+        ratio = median([a / b for a, (_, b, _) in zip(rates, plain, strict=True)])
+        added_cpu = median([a - b * 1e6 for a, (_, _, b) in zip(cpus, plain, strict=True)])
+        lowest = min(p50s)
+        lines.append(f"| {name} | {median(p50s):.1f} | {added:+.1f} | "
+                     f"{lowest:.0f} ({lowest - plain_lowest:+.0f}) | {median(rates):,.0f} | "
+                     f"{ratio:.2f}x | {median(cpus):.1f} | {added_cpu:+.1f} |")  # fmt: skip
+    return [
+        *lines,
         "",
-        "Medians of the rounds; added and ratios per round against plain, then their median.",
+        "Medians of the rounds; added and ratios per round against plain, then their median."
+        " Lowest p50: the best round's (a c=1 p50 flips between two modes, about 0.4 and"
+        " 0.9 ms, from run to run), against plain's best.",
+        "",
+        "Per round: p50 µs (c=1) / req/s (c=32) / Envoy CPU µs per request (c=32)",
+        "",
+        "| arm | " + " | ".join(f"round {r + 1}" for r in range(rounds)) + " |",
+        "|---|" + "---:|" * rounds,
+        *(
+            f"| {name} | "
+            + " | ".join(f"{p:.0f} / {r:,.0f} / {c * 1e6:.1f}" for p, r, c in figures)
+            + " |"
+            for name, figures in results.items()
+        ),
     ]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

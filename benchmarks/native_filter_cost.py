@@ -21,7 +21,10 @@ pins them (Envoy on one core, wrk and the upstream on the other) and sent the sa
   no access log, no usage readers);
 - C model reader: the same with the Lua model reader's configuration replaced by the
   product's native model reader's (same name, same place in the chain, same routes;
-  session 16's runs in RESULTS.md measured the experiment's `model` filter instead).
+  session 16's runs in RESULTS.md measured the experiment's `model` filter instead);
+- the envoy peer's upstream header allowlist (session 21): the peer without it, with the
+  product's native allowlist in its place (fast_lane_cost's NATIVE_PEER), and with the
+  `pass` filter in its place (what a dynamic module costs as an upstream filter alone).
 
 First a correctness check: the same requests through both model reader arms (routed: 200
 from the upstream; refused bodies: the routes' 400 answers), with the dynamic metadata
@@ -50,7 +53,14 @@ from google.protobuf.json_format import MessageToDict
 
 from benchmarks.harness.bootstraps import bootstrap, cluster, typed
 from benchmarks.harness.cli import wanted_arms
-from benchmarks.harness.processes import ENVOY_CORE, LOAD_CORE, pin, stop_tree, wait_listening
+from benchmarks.harness.processes import (
+    ENVOY_CORE,
+    LOAD_CORE,
+    cpu_seconds,
+    pin,
+    stop_tree,
+    wait_listening,
+)
 from benchmarks.harness.results import machine, today
 from benchmarks.harness.stats import median
 from sluicegate import wire
@@ -62,16 +72,19 @@ from sluicegate.native import build as build_library
 from sluicegate.testing import free_ports
 from sluicegate.xds.translate._proto import pack
 from sluicegate.xds.translate.envoy_routing import reader_facts
+from sluicegate.xds.translate.forwarded_headers import FORWARDED_HEADERS_FILTER
 from sluicegate.xds.translate.model_reader import MODEL_READER_FILTER
 from sluicegate.xds.translate.native import native_model_reader
 
 from .fast_lane_cost import (
     ARMS,
     MODEL,
+    NATIVE_PEER,
     _body,
     _bootstrap,
     _document,
     arms_main,
+    cost_tables,
     wrk_run,
     wrk_script,
 )
@@ -83,9 +96,10 @@ FAST_LANE_ARM: Final = "without both, the fault and the error-body filters"
 LUA: Final = "envoy.extensions.filters.http.lua.v3.Lua"
 DYNAMIC_MODULE: Final = "envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
 STRING_VALUE: Final = "google.protobuf.StringValue"
+PASS_PEER: Final = "envoy peer, the C pass filter for its allowlist"
 ARM_NAMES: Final = (
     "plain", "plain + Lua no-op", "plain + C pass", "envoy peer", "Lua model reader",
-    "C model reader",
+    "C model reader", "envoy peer without the allowlist filter", NATIVE_PEER, PASS_PEER,
 )  # fmt: skip
 # What the correctness check's access log writes per request.
 CHECK_LOG_LINE: Final = "%DYNAMIC_METADATA(sluicegate)% %DYNAMIC_METADATA(check)%\n"
@@ -172,8 +186,16 @@ def arm_bootstrap(name: str, work: Path, upstream: int, port: int, unused: int) 
         return _plain(upstream, port, [native])
     doc = work / f"sluicegate-{port}.yaml"
     doc.write_text(yaml.safe_dump(_document(port, upstream, None, work)))
-    if name == "envoy peer":
-        return _bootstrap("envoy peer", doc, upstream, port, unused)
+    if name == PASS_PEER:
+        config = _bootstrap("envoy peer", doc, upstream, port, unused)
+        for cluster in config["static_resources"]["clusters"]:
+            for options in cluster.get("typed_extension_protocol_options", {}).values():
+                for upstream_filter in options.get("http_filters", ()):
+                    if upstream_filter["name"] == FORWARDED_HEADERS_FILTER:
+                        upstream_filter["typed_config"] = _module_filter("pass")
+        return config
+    if name.startswith("envoy peer"):
+        return _bootstrap(name, doc, upstream, port, unused)
     arm = ARMS[FAST_LANE_ARM]
     config = _bootstrap(arm, doc, upstream, port, unused)
     if name == "C model reader":
@@ -185,12 +207,6 @@ def arm_bootstrap(name: str, work: Path, upstream: int, port: int, unused: int) 
         (reader,) = [f for f in _http_filters(config) if f["name"] == MODEL_READER_FILTER]
         reader["typed_config"] = MessageToDict(pack(native))
     return config
-
-
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of process `pid` (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _post(url: str, body: str) -> tuple[int, str]:
@@ -344,9 +360,9 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None = None) -
                 pid = envoys[name].pid
                 assert pid is not None
                 p50, _, _ = wrk_run(urls[name], 1, seconds, script)
-                before = _cpu_seconds(pid)
+                before = cpu_seconds(pid)
                 _, rate, count = wrk_run(urls[name], 32, seconds, script)
-                cpu = (_cpu_seconds(pid) - before) / count
+                cpu = (cpu_seconds(pid) - before) / count
                 results[name].append((p50, rate, cpu))
                 loads.append(os.getloadavg()[0])
     finally:
@@ -360,39 +376,7 @@ def run(rounds: int, seconds: int, prompt_bytes: int, only: str | None = None) -
         f"arms in turn, the order rotating); {minutes:.1f} minutes; 1-minute load average "
         f"{min(loads):.2f} to {max(loads):.2f} (median {median(loads):.2f})",
         "",
-        "| arm | p50 µs (c=1) | added p50 µs | lowest p50 µs (added) | req/s (c=32) | x plain "
-        "| Envoy CPU µs/req (c=32) | added CPU µs/req |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    plain = results["plain"]
-    plain_lowest = min(p for p, _, _ in plain)
-    for name in arms:
-        p50s = [p for p, _, _ in results[name]]
-        rates = [r for _, r, _ in results[name]]
-        cpus = [c * 1e6 for _, _, c in results[name]]
-        added = median([a - b for a, (b, _, _) in zip(p50s, plain, strict=True)])
-        ratio = median([a / b for a, (_, b, _) in zip(rates, plain, strict=True)])
-        added_cpu = median([a - b * 1e6 for a, (_, _, b) in zip(cpus, plain, strict=True)])
-        lowest = min(p50s)
-        lines.append(f"| {name} | {median(p50s):.1f} | {added:+.1f} | "
-                     f"{lowest:.0f} ({lowest - plain_lowest:+.0f}) | {median(rates):,.0f} | "
-                     f"{ratio:.2f}x | {median(cpus):.1f} | {added_cpu:+.1f} |")  # fmt: skip
-    lines += [
-        "",
-        "Medians of the rounds; added and ratios per round against plain, then their median."
-        " Lowest p50: the best round's (a c=1 p50 flips between two modes, about 0.4 and"
-        " 0.9 ms, from run to run), against plain's best.",
-        "",
-        "Per round: p50 µs (c=1) / req/s (c=32) / Envoy CPU µs per request (c=32)",
-        "",
-        "| arm | " + " | ".join(f"round {r + 1}" for r in range(rounds)) + " |",
-        "|---|" + "---:|" * rounds,
-        *(
-            f"| {name} | "
-            + " | ".join(f"{p:.0f} / {r:,.0f} / {c * 1e6:.1f}" for p, r, c in results[name])
-            + " |"
-            for name in arms
-        ),
+        *cost_tables(results),
         "",
         "Correctness (before the runs): the same requests through both model reader arms",
         "",

@@ -1,5 +1,5 @@
-"""Waiting for a port to listen, pinning a process to a core and stopping a process
-with its children."""
+"""Waiting for a port to listen, pinning a process to a core, reading its CPU time and
+stopping a process with its children."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 from typing import Final
 
 from sluicegate.testing import alive, children_of
@@ -29,6 +30,12 @@ def wait_listening(port: int, timeout_s: float) -> None:
 # the scheduler puts the processes.
 ENVOY_CORE: Final = 0
 LOAD_CORE: Final = "1"
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process `pid` (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pin(pid: int, core: int) -> None:
