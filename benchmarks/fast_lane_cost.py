@@ -236,6 +236,16 @@ ARMS: Final[dict[str, Arm | str]] = {
         "otel 1 MiB batches",
         "native",
     ),
+    "with the native readers, without the fault filter": (
+        frozenset({FAULT_FILTER}),
+        False,
+        "native",
+    ),
+    "with the native readers, without the error-body filter": (
+        frozenset({ERROR_BODY_FILTER}),
+        False,
+        "native",
+    ),
     # The native arms as they stood before the library had the header allowlist.
     "with the native readers, Envoy's header allowlist": (frozenset(), False, ENVOY_ALLOWLIST),
     "with the native readers and a tenant: key check and token buckets": (

@@ -25,6 +25,7 @@ from pathlib import Path
 from benchmarks.comparison.plan import Phase
 from benchmarks.comparison.step import bench_spec
 from benchmarks.comparison.upstream import start_upstream
+from benchmarks.harness.processes import cpu_seconds
 from benchmarks.harness.results import machine, today
 from benchmarks.peers.peer import Upstream
 from benchmarks.peers.sluicegate_stack import Kind, SluicegateStack
@@ -38,12 +39,6 @@ ROLES: tuple[tuple[str, str], ...] = (
     ("control plane", " control-plane "),
 )
 CONCURRENCY = 32
-_TICKS_PER_S = 100  # os.sysconf("SC_CLK_TCK") on Linux
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
 
 
 def _role(pid: int) -> str:
@@ -56,13 +51,13 @@ def _one_run(kind: Kind, work: Path, upstream: Upstream, seconds: float) -> dict
     peer = SluicegateStack(work, kind=kind).start(upstream)
     try:
         pids = peer.pids()
-        before = {pid: _cpu_s(pid) for pid in pids}
+        before = {pid: cpu_seconds(pid) for pid in pids}
         spec = bench_spec(peer, CONCURRENCY, False, Phase(warmup_s=1.0, duration_s=seconds))
         figures = run_bench_sync(spec).to_json()
         used: dict[str, float] = {}
         for pid in pids:
             try:
-                spent = _cpu_s(pid) - before[pid]
+                spent = cpu_seconds(pid) - before[pid]
             except FileNotFoundError:
                 continue
             used[_role(pid)] = used.get(_role(pid), 0.0) + spent

@@ -46,7 +46,7 @@ from typing import Any, Final
 from sluicegate.config import NATIVE_NODE
 from sluicegate.envoy import declared_native_module
 from sluicegate.model import Gateway
-from sluicegate.xds.resource import CLUSTER, EXTENSION_CONFIG, LISTENER
+from sluicegate.xds.resource import EXTENSION_CONFIG
 from sluicegate.xds.server import InconsistentSnapshot, Snapshot, SnapshotCache
 from sluicegate.xds.translate import NATIVE_TYPES, RouteMemo, translate_native
 
@@ -179,8 +179,8 @@ class NativeNodes:
             native = (versions, Snapshot.from_resources(translated))
             self._native[node_class] = native
         resources = {type_url: snapshot.resources(type_url) for type_url in snapshot.type_urls()}
-        resources[CLUSTER] = native[1].resources(CLUSTER)
-        resources[LISTENER] = native[1].resources(LISTENER)
+        for type_url in NATIVE_TYPES:
+            resources[type_url] = native[1].resources(type_url)
         # The default's filter configurations stay beside the class's: a delta stream
         # removes what a snapshot lacks, and connections draining from a listener of the
         # other kind (a reload of the setting, a fallback) still name the Lua reader's.

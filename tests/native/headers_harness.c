@@ -7,7 +7,9 @@
  * stdin, line by line:
  *   config            the lines up to "." are a configuration; prints "ok" or "refused"
  *   request           the lines up to "." are a request's headers, "name<TAB>value";
- *                     prints what the filter returned, then the headers left, then "."
+ *                     the filter's request hooks run on them (headers, then a body that
+ *                     ends the stream, then trailers, as Envoy would call them after a
+ *                     hold too); prints what each returned, then the headers left, then "."
  * A request uses the last configuration that was not refused. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +77,8 @@ bool envoy_dynamic_module_callback_http_get_header(sg_filter_envoy f, int type,
 bool envoy_dynamic_module_callback_http_set_header(sg_filter_envoy f, int type,
                                                   sg_module_buffer key, sg_module_buffer value) {
   char *name = copy(key.ptr, key.length);
+  for (size_t i = 0; i < key.length; i++)
+    if (name[i] >= 'A' && name[i] <= 'Z') name[i] = (char)(name[i] + 32);
   if (value.ptr == NULL || value.length == 0) {
     size_t kept = 0;
     for (size_t i = 0; i < entry_count; i++) {
@@ -160,9 +164,11 @@ int main(void) {
         line = end + 1;
       }
       void *filter = kind->filter_new(config, NULL);
-      int status = kind->request_headers(NULL, filter, false);
+      int headers = kind->request_headers(NULL, filter, false);
+      int body = kind->request_body(NULL, filter, false);
+      int trailers = kind->request_trailers(NULL, filter);
       kind->filter_destroy(filter);
-      printf("%d\n", status);
+      printf("%d %d %d\n", headers, body, trailers);
       for (size_t i = 0; i < entry_count; i++) printf("%s\t%s\n", entries[i].key, entries[i].value);
       printf(".\n");
       clear_entries();

@@ -66,6 +66,10 @@ enum { SG_METADATA_DYNAMIC = 0 };
 enum { SG_CONTINUE = 0 };
 enum { SG_HEADERS_STOP_ITERATION = 1 };
 enum { SG_BODY_STOP_ITERATION_AND_BUFFER = 1 };
+/* What the forwarded headers filter holds an attempt with (FilterDataStatus
+ * StopIterationNoBuffer, FilterTrailersStatus StopIteration): nothing passes. */
+enum { SG_BODY_STOP_ITERATION_NO_BUFFER = 3 };
+enum { SG_TRAILERS_STOP_ITERATION = 1 };
 
 /* ---- callbacks (Envoy's) ---- */
 

@@ -7,10 +7,10 @@
  *
  * Envoy's header_mutation can only remove by a name matcher, so the translator writes "not
  * on the list" as a union of RE2 complements, each matched against every header of every
- * attempt (benchmarks/RESULTS.md, "The envoy peer, part by part"); here a name is
- * compared with the list itself.
+ * attempt; here a name is compared with the list itself.
  *
- * Configuration (`key=value` lines, xds/translate/native.py writes them):
+ * Configuration (`key=value` lines; forwarded_headers.native_forwarded_headers_config
+ * writes them):
  *   provider_header=<name>   the header naming the attempt's provider (required, once)
  *   provider=<name>          starts the block of that provider
  *   allow=<name>|<prefix>*   a header the block's provider receives as the client sent it
@@ -19,11 +19,9 @@
  * attempt with no provider header): the translator writes the built-in list there, and a
  * route whose providers all receive the same has that block alone.
  *
- * A filter is its configuration (filter_new returns it: Envoy keeps a filter's
- * configuration alive while the filter lives): nothing is allocated per attempt.
- * Fails closed: an attempt whose headers it cannot list (no memory for a very long list)
- * is held (StopIteration) until its timeout rather than sent with headers it must not
- * carry. */
+ * Fails closed: an attempt whose headers it cannot list (no memory for a long list) or
+ * whose removal does not take (a name Envoy's map does not hold as written) is held:
+ * neither its headers nor its body nor its trailers go on, until its timeout. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +50,16 @@ typedef struct {
   size_t block_count;
 } config_t;
 
+/* An attempt: its configuration, and whether it is held (fails closed). */
+typedef struct {
+  const sg_filter_kind *kind; /* first: filter_kind.h */
+  const config_t *config;
+  bool held;
+} attempt_t;
+
+/* An attempt with no memory for its object: held from the start. */
+static attempt_t HELD = {&sg_forwarded_headers, NULL, true};
+
 /* At most this many header entries are listed on the stack; more go to the heap. */
 #define STACK_HEADERS 128
 
@@ -60,13 +68,14 @@ static bool equal(text_t a, const char *ptr, size_t length) {
 }
 
 static bool is_token_byte(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || strchr("!#$%&'+-.^_`|~", c);
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c);
 }
 
-/* A lower-case header name (RFC 9110 token), with a trailing '*' when `prefix` may be. */
+/* A lower-case header name (RFC 9110 token, so '*' too), or when `prefix`, a name and a
+ * trailing '*' (the prefix's stem may not be empty: "*" would allow every name). */
 static bool valid_name(text_t name, bool prefix) {
   size_t length = name.length;
-  if (prefix && length > 1 && name.ptr[length - 1] == '*') length--;
+  if (prefix && length > 0 && name.ptr[length - 1] == '*') length--; /* a stem, not empty */
   if (length == 0) return false;
   for (size_t i = 0; i < length; i++)
     if (name.ptr[i] == 0 || !is_token_byte(name.ptr[i])) return false;
@@ -205,11 +214,12 @@ static bool allowed(const config_t *config, const block_t *block, const char *na
  * listed, or a removal did not take).
  *
  * Removing a name removes all its values, and Envoy frees their entries, so the listing
- * is taken again after each removal, from the same place (the entries before it were all
- * kept and have not moved). A request carries a few headers off the list. */
+ * is taken again after each removal and read from its start (a removal may take an entry
+ * before the one removed: Envoy removes by the name in lower case). A request carries a
+ * few headers off the list. */
 static bool remove_others(const config_t *config, const block_t *block, sg_filter_envoy envoy) {
   sg_envoy_header on_stack[STACK_HEADERS], *headers = on_stack;
-  size_t capacity = STACK_HEADERS, from = 0, before = SIZE_MAX;
+  size_t capacity = STACK_HEADERS, before = SIZE_MAX;
   bool ok = true;
   for (;;) {
     size_t count = envoy_dynamic_module_callback_http_get_headers_size(envoy, SG_REQUEST_HEADERS);
@@ -231,14 +241,13 @@ static bool remove_others(const config_t *config, const block_t *block, sg_filte
       ok = false;
       break;
     }
-    size_t i = from;
+    size_t i = 0;
     while (i < count && allowed(config, block, headers[i].key_ptr, headers[i].key_length)) i++;
     if (i == count) break;
     /* Envoy copies the name before it removes the entry the name lies in. */
     sg_module_buffer name = {headers[i].key_ptr, headers[i].key_length};
     envoy_dynamic_module_callback_http_set_header(envoy, SG_REQUEST_HEADERS, name,
                                                   (sg_module_buffer){NULL, 0});
-    from = i;
     before = count;
   }
   if (headers != on_stack) free(headers);
@@ -253,14 +262,26 @@ static void *forwarded_config_new(const char *text, size_t length) {
 
 static void forwarded_config_destroy(void *config) { config_free(config); }
 
-static void *forwarded_filter_new(void *config, sg_filter_envoy envoy) { return config; }
+static void *forwarded_filter_new(void *config, sg_filter_envoy envoy) {
+  attempt_t *attempt = malloc(sizeof *attempt);
+  if (attempt == NULL) return &HELD;
+  *attempt = (attempt_t){&sg_forwarded_headers, config, false};
+  return attempt;
+}
 
-static void forwarded_filter_destroy(void *module) {}
+static void forwarded_filter_destroy(void *module) {
+  if (module != &HELD) free(module);
+}
 
 static int forwarded_request_headers(sg_filter_envoy envoy, void *module, bool end_of_stream) {
-  const config_t *config = module;
+  attempt_t *attempt = module;
+  if (attempt->held) return SG_HEADERS_STOP_ITERATION;
+  const config_t *config = attempt->config;
   const block_t *block = block_for(config, envoy);
-  if (!remove_others(config, block, envoy)) return SG_HEADERS_STOP_ITERATION;
+  if (!remove_others(config, block, envoy)) {
+    attempt->held = true;
+    return SG_HEADERS_STOP_ITERATION;
+  }
   for (size_t s = block->first_set; s < block->first_set + block->sets; s++) {
     sg_module_buffer name = {config->set_name[s].ptr, config->set_name[s].length};
     sg_module_buffer value = {config->set_value[s].ptr, config->set_value[s].length};
@@ -269,6 +290,16 @@ static int forwarded_request_headers(sg_filter_envoy envoy, void *module, bool e
     envoy_dynamic_module_callback_http_add_header(envoy, SG_REQUEST_HEADERS, name, value);
   }
   return SG_CONTINUE;
+}
+
+/* A held attempt's body and trailers go nowhere either: Envoy would send its headers on
+ * with them. */
+static int forwarded_request_body(sg_filter_envoy envoy, void *module, bool end_of_stream) {
+  return ((attempt_t *)module)->held ? SG_BODY_STOP_ITERATION_NO_BUFFER : SG_CONTINUE;
+}
+
+static int forwarded_request_trailers(sg_filter_envoy envoy, void *module) {
+  return ((attempt_t *)module)->held ? SG_TRAILERS_STOP_ITERATION : SG_CONTINUE;
 }
 
 static int forwarded_pass(sg_filter_envoy envoy, void *module, bool end_of_stream) {
@@ -284,8 +315,8 @@ const sg_filter_kind sg_forwarded_headers = {
     .filter_new = forwarded_filter_new,
     .filter_destroy = forwarded_filter_destroy,
     .request_headers = forwarded_request_headers,
-    .request_body = forwarded_pass,
-    .request_trailers = forwarded_pass_trailers,
+    .request_body = forwarded_request_body,
+    .request_trailers = forwarded_request_trailers,
     .response_headers = forwarded_pass,
     .response_body = forwarded_pass,
     .response_trailers = forwarded_pass_trailers,

@@ -20,6 +20,10 @@ compiles to several hundred, so `removal_regexes` splits it along a trie of the 
 into pieces whose estimated size stays under a budget (tests/translate hold the estimate
 to Envoy). A route whose providers all receive the same gets one header_mutation;
 otherwise a composite matched on x-sluicegate-provider runs each provider's own.
+
+An Envoy that loads sluicegate's native library gets the library's filter instead, from
+the same lists (native_forwarded_headers_config; docs/native-filters.md, "The header
+allowlist").
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ CLIENT_HEADERS: Final = (
 # credential injector; the client's own was removed by the first upstream filter) and
 # the body's length (the attempt stage sets it when it rewrites the body).
 KEPT: Final = ("authorization", "content-length")
+# What an attempt whose provider is unknown receives (never, while the first upstream
+# filter names the provider on every attempt: a safeguard, never forward all).
+BUILT_IN: Final = tuple(sorted({*CLIENT_HEADERS, *KEPT}))
 # Estimated RE2 program size a piece may reach (Envoy refuses above 100).
 SIZE_BUDGET: Final = 90
 
@@ -85,15 +92,13 @@ def forwarded_headers_filter(route: Route, native_module: str | None = None) -> 
         return native_forwarded_headers(
             FORWARDED_HEADERS_FILTER, native_module, native_forwarded_headers_config(route)
         )
-    providers = sorted((backend.provider for backend in route.backends), key=lambda p: p.name)
+    providers = _providers(route)
     if len(_variants(providers)) == 1:
         return hcm_pb2.HttpFilter(
             name=FORWARDED_HEADERS_FILTER, typed_config=pack(_mutation(providers[0]))
         )
     runs = {p.name: (f"forward-{p.name}", _mutation_filter(_mutation(p))) for p in providers}
-    # Unreachable while header_mutation sets the provider header on every attempt; were
-    # it ever missing, the built-in list still applies (a safeguard: never forward all).
-    default = _mutation_filter(_removals(sorted({*CLIENT_HEADERS, *KEPT}), ()))
+    default = _mutation_filter(_removals(BUILT_IN, ()))
     return per_provider_filter(
         FORWARDED_HEADERS_FILTER, runs, execute_filter("forward-default", default)
     )
@@ -104,12 +109,12 @@ def native_forwarded_headers_config(route: Route) -> str:
     header_mutation filters, as `key=value` lines. The lines before any `provider=` are
     for a provider no block names: a route whose providers all receive the same has them
     alone; otherwise each provider has its block and they hold the built-in list."""
-    providers = sorted((backend.provider for backend in route.backends), key=lambda p: p.name)
+    providers = _providers(route)
     lines = [f"provider_header={wire.PROVIDER_HEADER}"]
     if len(_variants(providers)) == 1:
         lines += _native_block(allowed_headers(providers[0]), providers[0].headers)
     else:
-        lines += _native_block(sorted({*CLIENT_HEADERS, *KEPT}), ())
+        lines += _native_block(BUILT_IN, ())
         for provider in providers:
             lines.append(f"provider={provider.name}")
             lines += _native_block(allowed_headers(provider), provider.headers)
@@ -118,6 +123,12 @@ def native_forwarded_headers_config(route: Route) -> str:
 
 def _native_block(allowed: Iterable[str], headers: Iterable[tuple[str, str]]) -> list[str]:
     return [f"allow={name}" for name in allowed] + [f"set={n}:{v}" for n, v in headers]
+
+
+def _providers(route: Route) -> list[Provider]:
+    """The route's providers, each once, by name."""
+    return sorted({b.provider.name: b.provider for b in route.backends}.values(),
+                  key=lambda p: p.name)  # fmt: skip
 
 
 def _variants(providers: Iterable[Provider]) -> set[tuple[object, ...]]:

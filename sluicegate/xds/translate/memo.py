@@ -3,7 +3,8 @@
 A reload usually changes a route or two, yet a full translation of 1,000 routes costs
 about half a second of Python. Each route's cluster, endpoints and model routes depend
 only on that route's model (its backends carry the providers) and the gateway limits, so
-they are looked up by a key made of exactly those; anything else that changes makes a
+they are looked up by a key made of exactly those (and what a caller adds to `what`: a
+cluster also depends on the native library it names); anything else that changes makes a
 new key. Results are protobuf messages shared between snapshots: nothing mutates a
 translated message after it is built (the server serializes them, copies are made
 elsewhere). Only the keys used by the latest translation are kept.

@@ -6,6 +6,10 @@ same facts (ReaderFacts), written as its configuration instead of into Lua sourc
 Discovered by name over ADS like the Lua one (envoy_routing.py), under a name of its
 own: Envoy refuses another type under a name it already knows.
 
+The header allowlist (c/forwarded_headers.c) is an upstream filter, in each route's
+cluster in place of header_mutation's (forwarded_headers.py writes its configuration from
+the same lists).
+
 The usage reader is one filter in place of three of Envoy's (usage.py, stream_usage.py):
 json_to_metadata on a JSON answer, sse_to_metadata on an event stream, and the Lua filter
 that counts a stream's content events and cuts the usage event the gateway asked for. It
@@ -48,7 +52,8 @@ DYNAMIC_MODULE_FILTER_TYPE_URL: Final = (
 STRING_VALUE_TYPE_URL: Final = "type.googleapis.com/google.protobuf.StringValue"
 NATIVE_USAGE_READER_FILTER: Final = "sluicegate.usage_reader"
 NATIVE_MODEL_READER_FILTER: Final = "sluicegate.native_model_reader"
-# The filters' names inside the library (c/usage_filter.c, c/model_filter.c).
+# The filters' names inside the library (c/usage_filter.c, c/model_filter.c,
+# c/forwarded_headers.c).
 USAGE_READER: Final = "usage_reader"
 MODEL_READER: Final = "model_reader"
 FORWARDED_HEADERS: Final = "forwarded_headers"
