@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.request import Request, urlopen
 
@@ -82,6 +83,7 @@ class Recorder:
 
     port: int
     requests: list[dict[str, Any]] = field(default_factory=list)
+    status: int = 200  # what it answers (503: a provider failing, retried on the next)
 
     def serve(self) -> ThreadingHTTPServer:
         recorder = self
@@ -101,7 +103,7 @@ class Recorder:
                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                     }
                 ).encode()  # fmt: skip
-                self.send_response(200)
+                self.send_response(recorder.status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(answer)))
                 self.end_headers()
@@ -225,3 +227,45 @@ def test_each_provider_of_a_route_receives_its_own_list(setup: Setup) -> None:
     assert set(headers) == ALWAYS | set(ALLOWED) - {"x-stainless-lang"}
     assert path == "/v1/chat/completions" + KEPT_QUERY
     assert CLIENT_KEY not in json.dumps(headers) + path
+
+
+@pytest.mark.parametrize("module", ["off", "node"], ids=["header_mutation", "native"])
+def test_a_retry_carries_no_header_of_the_first_provider(tmp_path: Path, module: str) -> None:
+    """Envoy's upstream filters change the one request every attempt starts from: the
+    fixed headers of `a`, which fails (503), must not reach `b`, retried next, though
+    `b`'s list names them (b sets none of its own: it gets neither a's nor the
+    client's). With Envoy's filters and the native library's (docs/architecture.md,
+    "What a provider receives")."""
+    a, b = Recorder(free_ports(1)[0], status=503), Recorder(free_ports(1)[0])
+    servers = [a.serve(), b.serve()]
+    doc = {
+        "version": 1,
+        "sluicegate": own_addresses(),
+        "listeners": [{"name": "main", "address": "127.0.0.1", "port": free_ports(1)[0]}],
+        "native_filters": {"module": module},
+        "providers": [
+            {"name": "a", "base_url": f"http://127.0.0.1:{a.port}/v1",
+             "headers": {"User-Agent": "gateway-a/1", "OpenAI-Organization": "org-a"}},
+            {"name": "b", "base_url": f"http://127.0.0.1:{b.port}/v1",
+             "forward_headers": ["OpenAI-Organization"]},
+        ],
+        "routes": [{"name": "r", "models": ["m"],
+                    "backends": [{"provider": "a"}, {"provider": "b", "priority": 1}]}],
+    }  # fmt: skip
+    try:
+        with running_stack(tmp_path, doc) as stack:
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            headers = {"content-type": "application/json", "user-agent": "client/1",
+                       "openai-organization": "org-client", "x-stainless-os": "Linux"}  # fmt: skip
+            request = Request(stack.gateway + "/v1/chat/completions", data=body.encode(),
+                              headers=headers)  # fmt: skip
+            with urlopen(request, timeout=30) as response:
+                assert response.status == 200
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    [first] = [dict(r["headers"]) for r in a.requests]
+    [retried] = [dict(r["headers"]) for r in b.requests]
+    assert (first["user-agent"], first["openai-organization"]) == ("gateway-a/1", "org-a")
+    assert "user-agent" not in retried and "openai-organization" not in retried, retried

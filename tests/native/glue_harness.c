@@ -81,6 +81,22 @@ bool envoy_dynamic_module_callback_http_set_header(sg_filter_envoy f, int type,
   return true;
 }
 
+/* The forwarded headers filter's (linked with the library's other filters, never called
+ * here: headers_harness.c drives it). */
+size_t envoy_dynamic_module_callback_http_get_headers_size(sg_filter_envoy f, int type) {
+  abort();
+}
+
+bool envoy_dynamic_module_callback_http_get_headers(sg_filter_envoy f, int type,
+                                                    sg_envoy_header *headers) {
+  abort();
+}
+
+bool envoy_dynamic_module_callback_http_add_header(sg_filter_envoy f, int type,
+                                                  sg_module_buffer key, sg_module_buffer value) {
+  abort();
+}
+
 size_t envoy_dynamic_module_callback_http_get_body_chunks_size(sg_filter_envoy f, int type) {
   assert(type == SG_RECEIVED_RESPONSE_BODY && in_body_hook);
   return nslices;

@@ -8,7 +8,8 @@ The specification is executed, not restated: a header is removed when one of the
 translator's own regular expressions (`removal_regexes`) matches its whole name (Python's
 `re` and RE2 agree on these: literals, classes, `.*`, groups); a provider's block is the
 one Envoy's composite would pick (the provider header's values joined by a comma, matched
-exactly); the fixed headers then replace every value. The configurations are the
+exactly); the headers the route's other providers set are withheld; the fixed headers then
+replace every value. The configurations are the
 translator's (native_forwarded_headers_config) for the golden case forwarded_headers.yaml:
 route `same` (one list) and route `mixed` (a block per provider, the built-in list for
 any other).
@@ -34,6 +35,7 @@ from sluicegate.xds.translate.forwarded_headers import (
     allowed_headers,
     native_forwarded_headers_config,
     removal_regexes,
+    withheld_headers,
 )
 from tests.native.mock_envoy import build_mock, run_mock
 from tests.translate.cases import load_case, model_from, model_of
@@ -91,7 +93,9 @@ def expected(route: Route, headers: Headers) -> Headers:
     else:
         allowed, fixed = allowed_headers(chosen), chosen.headers
     patterns = [re.compile(regex) for regex in removal_regexes(allowed)]
-    left = [(n, v) for n, v in headers if not any(p.fullmatch(n) for p in patterns)]
+    withheld = withheld_headers(chosen, providers)
+    left = [(n, v) for n, v in headers
+            if not any(p.fullmatch(n) for p in patterns) and n not in withheld]  # fmt: skip
     for name, value in fixed:
         left = [(n, v) for n, v in left if n != name] + [(name, value)]
     return left
@@ -230,3 +234,12 @@ def test_names_with_a_star_and_values_with_a_colon(harness: Path) -> None:
     [(status, left)] = run(harness, config, [request])
     assert status == PASSED
     assert left == [("x-a*b", "1"), ("x-c*d", "3"), ("x-v", "b:c")]
+
+
+def test_a_withheld_header_is_removed_though_listed(harness: Path) -> None:
+    config = "provider_header=x-p\nallow=user-agent\nallow=x-s*\nwithhold=user-agent\n" \
+             "withhold=x-s-org\nset=x-own:1\n"  # fmt: skip
+    request = [("user-agent", "client/1"), ("x-s-org", "org-a"), ("x-s-lang", "py")]
+    [(status, left)] = run(harness, config, [request])
+    assert status == PASSED
+    assert left == [("x-s-lang", "py"), ("x-own", "1")]

@@ -2,7 +2,8 @@
  * "forwarded_headers") in place of the header_mutation filters of
  * sluicegate/xds/translate/forwarded_headers.py, which is its specification: on every
  * attempt it removes each request header that is neither a pseudo-header nor on the
- * attempt's provider's allowlist, then sets that provider's fixed headers (each replacing
+ * attempt's provider's allowlist, and those it withholds, then sets that provider's fixed
+ * headers (each replacing
  * every value the request had, as header_mutation's OVERWRITE_IF_EXISTS_OR_ADD does).
  *
  * Envoy's header_mutation can only remove by a name matcher, so the translator writes "not
@@ -14,6 +15,8 @@
  *   provider_header=<name>   the header naming the attempt's provider (required, once)
  *   provider=<name>          starts the block of that provider
  *   allow=<name>|<prefix>*   a header the block's provider receives as the client sent it
+ *   withhold=<name>          a header it does not receive even so (another provider of
+ *                            the route sets it: a retry would carry that one's value)
  *   set=<name>:<value>       a fixed header of the block's provider
  * Lines before the first `provider=` are the block for a provider no block names (or an
  * attempt with no provider header): the translator writes the built-in list there, and a
@@ -37,6 +40,7 @@ typedef struct {
 typedef struct {
   text_t provider; /* empty for the block of any other provider */
   size_t first_allow, allows; /* a run of config->allow */
+  size_t first_withhold, withholds; /* a run of config->withhold */
   size_t first_set, sets;     /* a run of config->set_name / set_value */
 } block_t;
 
@@ -45,6 +49,7 @@ typedef struct {
   char *text;                 /* the configuration, its lines NUL-split; every text_t points here */
   text_t provider_header;
   text_t *allow; /* a name, or a prefix still ending in '*' */
+  text_t *withhold;
   text_t *set_name, *set_value;
   block_t *blocks; /* blocks[0] is the block for any other provider */
   size_t block_count;
@@ -86,6 +91,7 @@ static void config_free(config_t *config) {
   if (config == NULL) return;
   free(config->text);
   free(config->allow);
+  free(config->withhold);
   free(config->set_name);
   free(config->set_value);
   free(config->blocks);
@@ -118,10 +124,14 @@ static bool config_line(config_t *config, char *line, size_t length) {
       if (equal(config->blocks[b].provider, value.ptr, value.length)) return false;
     block = &config->blocks[config->block_count++];
     *block = (block_t){value, block[-1].first_allow + block[-1].allows, 0,
+                       block[-1].first_withhold + block[-1].withholds, 0,
                        block[-1].first_set + block[-1].sets, 0};
   } else if (equal(key, "allow", 5)) {
     if (!valid_name(value, true)) return false;
     config->allow[block->first_allow + block->allows++] = value;
+  } else if (equal(key, "withhold", 8)) {
+    if (!valid_name(value, false)) return false;
+    config->withhold[block->first_withhold + block->withholds++] = value;
   } else if (equal(key, "set", 3)) {
     char *colon = memchr(value.ptr, ':', value.length);
     if (colon == NULL) return false;
@@ -143,13 +153,16 @@ static config_t *config_parse(const char *text, size_t length) {
   if (config == NULL) return NULL;
   config->kind = &sg_forwarded_headers;
   size_t allows = count_lines(text, length, "allow="), sets = count_lines(text, length, "set=");
+  size_t withholds = count_lines(text, length, "withhold=");
   size_t blocks = count_lines(text, length, "provider=") + 1;
   config->text = malloc(length + 1);
   config->allow = calloc(allows + 1, sizeof *config->allow);
+  config->withhold = calloc(withholds + 1, sizeof *config->withhold);
   config->set_name = calloc(sets + 1, sizeof *config->set_name);
   config->set_value = calloc(sets + 1, sizeof *config->set_value);
   config->blocks = calloc(blocks, sizeof *config->blocks);
-  if (config->text == NULL || config->allow == NULL || config->set_name == NULL ||
+  if (config->text == NULL || config->allow == NULL || config->withhold == NULL ||
+      config->set_name == NULL ||
       config->set_value == NULL || config->blocks == NULL) {
     config_free(config);
     return NULL;
@@ -281,6 +294,11 @@ static int forwarded_request_headers(sg_filter_envoy envoy, void *module, bool e
   if (!remove_others(config, block, envoy)) {
     attempt->held = true;
     return SG_HEADERS_STOP_ITERATION;
+  }
+  for (size_t w = block->first_withhold; w < block->first_withhold + block->withholds; w++) {
+    sg_module_buffer name = {config->withhold[w].ptr, config->withhold[w].length};
+    envoy_dynamic_module_callback_http_set_header(envoy, SG_REQUEST_HEADERS, name,
+                                                  (sg_module_buffer){NULL, 0});
   }
   for (size_t s = block->first_set; s < block->first_set + block->sets; s++) {
     sg_module_buffer name = {config->set_name[s].ptr, config->set_name[s].length};

@@ -10,7 +10,9 @@ the credential injector set the provider's key:
    So a client's Cookie, x-goog-api-key or OpenAI-Organization, its
    X-Forwarded-For, and internal headers such as x-sluicegate-provider (which the
    credential injector matched on) and x-envoy-* never leave the gateway;
-2. sets the provider's fixed `headers` (replacing a client's value).
+2. removes the fixed headers the route's other providers set and this one does not
+   (withheld_headers: a retry would otherwise carry the first provider's values);
+3. sets the provider's fixed `headers` (replacing a client's value).
 
 Envoy's header_mutation removes headers by a name matcher only, so "not on the list" is
 written as a union of regular expressions (RE2, matched against the whole lower-case
@@ -94,11 +96,18 @@ def forwarded_headers_filter(route: Route, native_module: str | None = None) -> 
         )
     providers = _providers(route)
     if len(_variants(providers)) == 1:
-        return hcm_pb2.HttpFilter(
-            name=FORWARDED_HEADERS_FILTER, typed_config=pack(_mutation(providers[0]))
+        mutation = _removals(allowed_headers(providers[0]), providers[0].headers, ())
+        return hcm_pb2.HttpFilter(name=FORWARDED_HEADERS_FILTER, typed_config=pack(mutation))
+    runs = {
+        p.name: (
+            f"forward-{p.name}",
+            _mutation_filter(
+                _removals(allowed_headers(p), p.headers, withheld_headers(p, providers))
+            ),
         )
-    runs = {p.name: (f"forward-{p.name}", _mutation_filter(_mutation(p))) for p in providers}
-    default = _mutation_filter(_removals(BUILT_IN, ()))
+        for p in providers
+    }
+    default = _mutation_filter(_removals(BUILT_IN, (), withheld_headers(None, providers)))
     return per_provider_filter(
         FORWARDED_HEADERS_FILTER, runs, execute_filter("forward-default", default)
     )
@@ -112,17 +121,31 @@ def native_forwarded_headers_config(route: Route) -> str:
     providers = _providers(route)
     lines = [f"provider_header={wire.PROVIDER_HEADER}"]
     if len(_variants(providers)) == 1:
-        lines += _native_block(allowed_headers(providers[0]), providers[0].headers)
+        lines += _native_block(allowed_headers(providers[0]), providers[0].headers, ())
     else:
-        lines += _native_block(BUILT_IN, ())
+        lines += _native_block(BUILT_IN, (), withheld_headers(None, providers))
         for provider in providers:
             lines.append(f"provider={provider.name}")
-            lines += _native_block(allowed_headers(provider), provider.headers)
+            withheld = withheld_headers(provider, providers)
+            lines += _native_block(allowed_headers(provider), provider.headers, withheld)
     return "".join(line + "\n" for line in lines)
 
 
-def _native_block(allowed: Iterable[str], headers: Iterable[tuple[str, str]]) -> list[str]:
-    return [f"allow={name}" for name in allowed] + [f"set={n}:{v}" for n, v in headers]
+def withheld_headers(provider: Provider | None, providers: Iterable[Provider]) -> tuple[str, ...]:
+    """The fixed headers of a route's `providers` that `provider` (None: a provider the
+    route does not know) does not set itself, sorted: removed on its attempts even when
+    its list names them. Envoy's upstream filters change the one request every attempt
+    starts from, so a retry on it would otherwise carry the first provider's values (its
+    OpenAI-Organization to another account's key)."""
+    own = {name for name, _ in provider.headers} if provider is not None else set()
+    return tuple(sorted({name for p in providers for name, _ in p.headers} - own))
+
+
+def _native_block(
+    allowed: Iterable[str], headers: Iterable[tuple[str, str]], withheld: Iterable[str]
+) -> list[str]:
+    return ([f"allow={name}" for name in allowed] + [f"withhold={name}" for name in withheld]
+            + [f"set={n}:{v}" for n, v in headers])  # fmt: skip
 
 
 def _providers(route: Route) -> list[Provider]:
@@ -144,19 +167,17 @@ def _mutation_filter(
     )
 
 
-def _mutation(provider: Provider) -> header_mutation_pb2.HeaderMutation:
-    return _removals(allowed_headers(provider), provider.headers)
-
-
 def _removals(
-    allowed: Iterable[str], headers: Iterable[tuple[str, str]]
+    allowed: Iterable[str], headers: Iterable[tuple[str, str]], withheld: Iterable[str]
 ) -> header_mutation_pb2.HeaderMutation:
+    """Remove what is not `allowed` and what is `withheld`, then set the fixed `headers`."""
     mutations = [
         mutation_rules_pb2.HeaderMutation(
             remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(key_matcher=matcher)
         )
         for matcher in removal_matchers(allowed)
     ]
+    mutations += [mutation_rules_pb2.HeaderMutation(remove=name) for name in withheld]
     for name, value in headers:
         mutations.append(
             mutation_rules_pb2.HeaderMutation(
