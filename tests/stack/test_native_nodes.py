@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -22,7 +23,7 @@ from sluicegate.stack.native_nodes import (
     MAX_REFUSED,
 )
 from sluicegate.stack.status_http import status_document
-from sluicegate.xds.resource import ENDPOINT, EXTENSION_CONFIG, LISTENER
+from sluicegate.xds.resource import CLUSTER, ENDPOINT, EXTENSION_CONFIG, LISTENER
 from sluicegate.xds.server import Snapshot, SnapshotCache
 from sluicegate.xds.translate import NATIVE_TYPES
 from sluicegate.xds.translate.model_reader import MODEL_READER_FILTER
@@ -76,8 +77,9 @@ def test_an_envoy_that_names_its_library_is_served_it_and_the_others_not(tmp_pat
     assert _native_paths(cache.get_snapshot("b")) == [OTHER]
     assert _native_paths(cache.get_snapshot("plain")) == []
     assert cache.get_snapshot("plain") is plane.snapshot
-    # Only the listeners differ, and, where Envoy routes (no tenants: the default lane
-    # routes without Python), the model reader's configuration.
+    # Only the clusters (the header allowlist) and listeners differ, and, where Envoy
+    # routes (no tenants: the default lane routes without Python), the model reader's
+    # configuration.
     native, default = cache.get_snapshot("a1"), plane.snapshot
     assert native is not None and default is not None
     differ = {t for t in default.type_urls() if native.version(t) != default.version(t)}
@@ -134,18 +136,20 @@ def test_an_envoy_that_cannot_load_its_library_falls_back_to_envoys_filters(
     assert status_document(plane)["native_filters"]["refused"] == []
 
 
+@pytest.mark.parametrize("type_url", [EXTENSION_CONFIG, CLUSTER])
 def test_a_library_that_refuses_its_filters_configuration_falls_back_too(
-    tmp_path: Path,
+    tmp_path: Path, type_url: str
 ) -> None:
     """A library built from other sources than the control plane's (an older one, which
-    knows no model reader): Envoy loads it, refuses the filter's configuration, and NACKs
-    the filter configurations (ECDS) with these words (Envoy 1.40, checked with `envoy
-    --mode validate`)."""
+    knows no model reader or no header allowlist): Envoy loads it, refuses the filter's
+    configuration, and NACKs the filter configurations (ECDS) or the clusters with these
+    words (Envoy 1.40, checked with `envoy --mode validate` on a library built from
+    session 20's sources)."""
     plane = _plane(tmp_path)
     cache = plane.cache
     cache.identify(_node("a", LIBRARY))
     message = "Failed to create filter config: Failed to initialize dynamic module"
-    cache.nacked("a", EXTENSION_CONFIG, message)
+    cache.nacked("a", type_url, message)
     assert cache.get_snapshot("a") is plane.snapshot
     assert status_document(plane)["native_filters"]["refused"] == [
         {"node_id": "a", "path": LIBRARY, "message": message}
