@@ -218,6 +218,8 @@ def test_fuzzed_requests(harness: Path, route: str, seed: int) -> None:
         "provider_header=x-p\nset=x-a\n",  # no value
         "provider_header=x-p\nset=x-a:\n",
         "provider_header=x-p\nset=:v\n",
+        "provider_header=x-p\nset=x-a:b\x7fc\n",  # a byte no header value holds
+        "provider_header=x-p\nset=x-a:b\x01c\n",
         "provider_header=x-p\nremove=x-a\n",
         "provider_header=x-p\nallow\n",
     ],

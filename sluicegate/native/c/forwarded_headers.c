@@ -87,6 +87,15 @@ static bool valid_name(text_t name, bool prefix) {
   return true;
 }
 
+/* A fixed header's value as config validation takes it: visible ASCII and spaces (never
+ * a byte Envoy's header map refuses: NUL, CR, LF, other controls). */
+static bool valid_value(text_t value) {
+  if (value.length == 0) return false;
+  for (size_t i = 0; i < value.length; i++)
+    if (value.ptr[i] < ' ' || value.ptr[i] > '~') return false;
+  return true;
+}
+
 static void config_free(config_t *config) {
   if (config == NULL) return;
   free(config->text);
@@ -137,7 +146,7 @@ static bool config_line(config_t *config, char *line, size_t length) {
     if (colon == NULL) return false;
     text_t name = {value.ptr, (size_t)(colon - value.ptr)};
     text_t set = {colon + 1, value.length - name.length - 1};
-    if (!valid_name(name, false) || set.length == 0) return false;
+    if (!valid_name(name, false) || !valid_value(set)) return false;
     config->set_name[block->first_set + block->sets] = name;
     config->set_value[block->first_set + block->sets++] = set;
   } else {
