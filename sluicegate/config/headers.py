@@ -68,6 +68,22 @@ def check_header_name(name: str) -> str:
     return lower
 
 
+# Names a provider's fixed `headers` may not set, though a client's may pass: the body's
+# media type belongs to the body the client sent (and another provider of the route
+# would then get none: xds/translate/forwarded_headers.withheld_headers).
+_NOT_FIXED: Final = {"content-type": "it says what the client's body is, which passes as sent"}
+
+
+def check_fixed_name(name: str) -> str:
+    """A `headers` entry's name, lower-case: a header name the YAML may name and that is
+    not the client's to describe its own body."""
+    lower = check_header_name(name)
+    reason = _NOT_FIXED.get(lower)
+    if reason is not None:
+        raise ValueError(f"header {name!r} may not be set for a provider: {reason}")
+    return lower
+
+
 def check_forwarded_name(name: str) -> str:
     """A `forward_headers` entry, lower-case: a header name, or `prefix*` for every name
     that starts with prefix (e.g. `x-stainless-*`), which must not take in any header the

@@ -30,7 +30,7 @@ from .admission import (
     check_model_names,
 )
 from .durations import Duration
-from .headers import check_forwarded_name, check_header_name, check_header_value, check_unique
+from .headers import check_fixed_name, check_forwarded_name, check_header_value, check_unique
 from .key_source import KeySource
 from .lane_rules import Declared, with_default_lane
 from .resilience import (
@@ -146,8 +146,8 @@ class Provider(Strict):
     @field_validator("headers")
     @classmethod
     def _valid_headers(cls, value: dict[str, str]) -> dict[str, str]:
-        check_unique([check_header_name(name) for name in value], "headers")
-        return {check_header_name(name): check_header_value(name, v) for name, v in value.items()}
+        check_unique([check_fixed_name(name) for name in value], "headers")
+        return {check_fixed_name(name): check_header_value(name, v) for name, v in value.items()}
 
     @field_validator("forward_headers")
     @classmethod

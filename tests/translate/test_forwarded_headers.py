@@ -15,7 +15,12 @@ from sluicegate.config.headers import MAX_NAME_LENGTH
 from sluicegate.model import build_model
 from sluicegate.model.providers import MOCK_KNOBS
 from sluicegate.provider import faults
-from sluicegate.xds.translate.forwarded_headers import CLIENT_HEADERS, KEPT, removal_regexes
+from sluicegate.xds.translate.forwarded_headers import (
+    CLIENT_HEADERS,
+    KEPT,
+    removal_regexes,
+    withheld_headers,
+)
 
 from .cases import config_of
 from .envoy_harness import validate
@@ -158,3 +163,37 @@ def test_envoy_accepts_every_regex_at_the_schema_bounds(tmp_path: Path) -> None:
     }
     result = validate({"static_resources": {"clusters": [cluster]}}, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+THREE = """
+version: 1
+listeners: [{name: main, port: 8080}]
+providers:
+  - {name: a, base_url: "http://10.0.0.1/v1", headers: {OpenAI-Organization: org-a, X-Tier: gold}}
+  - {name: b, base_url: "http://10.0.0.2/v1", headers: {X-Tier: silver}}
+  - {name: c, base_url: "http://10.0.0.3/v1"}
+  - {name: d, base_url: "http://10.0.0.4/v1", headers: {OpenAI-Project: p}}
+  - {name: e, base_url: "http://10.0.0.5/v1", headers: {OpenAI-Project: p}}
+routes:
+  - {name: r, models: [m], backends: [{provider: a}, {provider: b}, {provider: c}]}
+  - {name: same, models: [s], backends: [{provider: d}, {provider: e}]}
+"""
+
+
+def test_each_provider_is_withheld_what_only_the_routes_others_set() -> None:
+    """A retry starts from the request the last attempt's filters left: a provider must
+    not receive what another provider of its route set (withheld_headers)."""
+    gateway = build_model(config_of(THREE), {})
+    routes = {route.name: route for route in gateway.routes}
+    providers = [b.provider for b in routes["r"].backends]
+    withheld = {p.name: withheld_headers(p, providers) for p in providers}
+    # X-Tier is set by a and b, each its own value (replaced on every attempt): not withheld.
+    assert withheld == {
+        "a": (),
+        "b": ("openai-organization",),
+        "c": ("openai-organization", "x-tier"),
+    }
+    assert withheld_headers(None, providers) == ("openai-organization", "x-tier")
+    # Providers that set the same headers withhold nothing from each other.
+    same = [b.provider for b in routes["same"].backends]
+    assert [withheld_headers(p, same) for p in same] == [(), ()]

@@ -22,9 +22,9 @@
  * attempt with no provider header): the translator writes the built-in list there, and a
  * route whose providers all receive the same has that block alone.
  *
- * Fails closed: an attempt whose headers it cannot list (no memory for a long list) or
- * whose removal does not take (a name Envoy's map does not hold as written) is held:
- * neither its headers nor its body nor its trailers go on, until its timeout. */
+ * Fails closed: an attempt with no memory for its object or for a long list of its
+ * headers, or whose removal does not take (a name Envoy's map does not hold as written),
+ * is held: neither its headers nor its body nor its trailers go on, until its timeout. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +62,9 @@ typedef struct {
   bool held;
 } attempt_t;
 
-/* An attempt with no memory for its object: held from the start. */
-static attempt_t HELD = {&sg_forwarded_headers, NULL, true};
+/* Every attempt with no memory for its object: held from the start (never written:
+ * its `held` is already true). */
+static const attempt_t HELD = {&sg_forwarded_headers, NULL, true};
 
 /* At most this many header entries are listed on the stack; more go to the heap. */
 #define STACK_HEADERS 128
@@ -220,6 +221,8 @@ static const block_t *block_for(const config_t *config, sg_filter_envoy envoy) {
 static bool allowed(const config_t *config, const block_t *block, const char *name,
                     size_t length) {
   if (length > 0 && name[0] == ':') return true; /* pseudo-headers are Envoy's */
+  for (size_t w = block->first_withhold; w < block->first_withhold + block->withholds; w++)
+    if (equal(config->withhold[w], name, length)) return false;
   for (size_t a = block->first_allow; a < block->first_allow + block->allows; a++) {
     text_t entry = config->allow[a];
     if (entry.ptr[entry.length - 1] == '*') {
@@ -286,7 +289,7 @@ static void forwarded_config_destroy(void *config) { config_free(config); }
 
 static void *forwarded_filter_new(void *config, sg_filter_envoy envoy) {
   attempt_t *attempt = malloc(sizeof *attempt);
-  if (attempt == NULL) return &HELD;
+  if (attempt == NULL) return (void *)&HELD;
   *attempt = (attempt_t){&sg_forwarded_headers, config, false};
   return attempt;
 }
@@ -303,11 +306,6 @@ static int forwarded_request_headers(sg_filter_envoy envoy, void *module, bool e
   if (!remove_others(config, block, envoy)) {
     attempt->held = true;
     return SG_HEADERS_STOP_ITERATION;
-  }
-  for (size_t w = block->first_withhold; w < block->first_withhold + block->withholds; w++) {
-    sg_module_buffer name = {config->withhold[w].ptr, config->withhold[w].length};
-    envoy_dynamic_module_callback_http_set_header(envoy, SG_REQUEST_HEADERS, name,
-                                                  (sg_module_buffer){NULL, 0});
   }
   for (size_t s = block->first_set; s < block->first_set + block->sets; s++) {
     sg_module_buffer name = {config->set_name[s].ptr, config->set_name[s].length};
