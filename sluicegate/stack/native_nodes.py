@@ -10,8 +10,8 @@ snapshot with its clusters (their forwarded headers filter), listeners and the f
 filter configurations (ECDS) translated again for that path (translate.NATIVE_TYPES;
 nothing else differs).
 
-An Envoy that rejects (NACKs) its class's clusters, listeners or filter configurations because
-it cannot load a dynamic module is moved to Envoy's own filters, and the pair (node,
+An Envoy that rejects (NACKs) its class's clusters, listeners or filter configurations
+because it cannot load a dynamic module is moved to Envoy's own filters, and the pair (node,
 path) is remembered as refused until that node id connects again with no ADS stream left
 open (a new Envoy process, or a reconnect: it is given its library again): so a wrong
 path costs one NACK per fresh connection, never an Envoy without listeners. With any
@@ -30,8 +30,7 @@ Node metadata is what any xDS client says of itself, so it is bounded: a path mu
 absolute, printable and at most MAX_PATH_CHARS long (envoy.declared_native_module), and
 at most MAX_LIBRARIES distinct libraries get classes (each costs a translation of the
 changed routes' clusters, the listeners and filter configurations on every change); a
-node naming another beyond them
-gets Envoy's own filters.
+node naming another beyond them gets Envoy's own filters.
 """
 
 from __future__ import annotations

@@ -26,16 +26,14 @@ from typing import Final
 import pytest
 
 from sluicegate import wire
-from sluicegate.model import Provider, Route
+from sluicegate.model import Route
 from sluicegate.native import MODULE
 from sluicegate.xds.translate.forwarded_headers import (
-    BUILT_IN,
     CLIENT_HEADERS,
     KEPT,
-    allowed_headers,
     native_forwarded_headers_config,
     removal_regexes,
-    withheld_headers,
+    route_receives,
 )
 from tests.native.mock_envoy import build_mock, run_mock
 from tests.translate.cases import load_case, model_from, model_of
@@ -81,22 +79,17 @@ def run(harness: Path, config: str, requests: list[Headers]) -> list[tuple[str, 
 
 
 def expected(route: Route, headers: Headers) -> Headers:
-    """What the header_mutation filters leave of `headers` on an attempt to `route`."""
-    providers = sorted((b.provider for b in route.backends), key=lambda p: p.name)
-    chosen: Provider | None = providers[0]
-    if len({(p.forward_headers, p.headers) for p in providers}) > 1:
-        named = ",".join(v for n, v in headers if n == wire.PROVIDER_HEADER)
-        chosen = next((p for p in providers if p.name == named), None)
-    fixed: tuple[tuple[str, str], ...] = ()
-    if chosen is None:
-        allowed = BUILT_IN
-    else:
-        allowed, fixed = allowed_headers(chosen), chosen.headers
-    patterns = [re.compile(regex) for regex in removal_regexes(allowed)]
-    withheld = withheld_headers(chosen, providers)
-    left = [(n, v) for n, v in headers
-            if not any(p.fullmatch(n) for p in patterns) and n not in withheld]  # fmt: skip
-    for name, value in fixed:
+    """What the header_mutation filters leave of `headers` on an attempt to `route`: the
+    provider Envoy's composite picks (the provider header's values joined by a comma),
+    each name off its list matched by a regex of the translator's, then its withheld
+    names removed and its fixed headers set."""
+    anyone, each = route_receives(route)
+    named = ",".join(v for n, v in headers if n == wire.PROVIDER_HEADER)
+    receives = each.get(named, anyone)
+    patterns = [re.compile(regex) for regex in removal_regexes(receives.allowed)]
+    off = {n for n, _ in headers if any(p.fullmatch(n) for p in patterns)}
+    left = [(n, v) for n, v in headers if n not in off and n not in receives.withheld]
+    for name, value in receives.fixed:
         left = [(n, v) for n, v in left if n != name] + [(name, value)]
     return left
 

@@ -172,8 +172,7 @@ static config_t *config_parse(const char *text, size_t length) {
   config->set_value = calloc(sets + 1, sizeof *config->set_value);
   config->blocks = calloc(blocks, sizeof *config->blocks);
   if (config->text == NULL || config->allow == NULL || config->withhold == NULL ||
-      config->set_name == NULL ||
-      config->set_value == NULL || config->blocks == NULL) {
+      config->set_name == NULL || config->set_value == NULL || config->blocks == NULL) {
     config_free(config);
     return NULL;
   }

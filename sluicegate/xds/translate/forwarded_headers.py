@@ -70,8 +70,7 @@ CLIENT_HEADERS: Final = (
 # credential injector; the client's own was removed by the first upstream filter) and
 # the body's length (the attempt stage sets it when it rewrites the body).
 KEPT: Final = ("authorization", "content-length")
-# What an attempt whose provider is unknown receives (never, while the first upstream
-# filter names the provider on every attempt: a safeguard, never forward all).
+# What an attempt whose provider is unknown receives (route_receives).
 BUILT_IN: Final = tuple(sorted({*CLIENT_HEADERS, *KEPT}))
 # Estimated RE2 program size a piece may reach (Envoy refuses above 100).
 SIZE_BUDGET: Final = 90
@@ -81,6 +80,34 @@ def allowed_headers(provider: Provider) -> tuple[str, ...]:
     """The request headers that reach `provider` as they are, pseudo-headers aside, sorted
     (its fixed `headers` are set after the others are removed)."""
     return tuple(sorted({*CLIENT_HEADERS, *KEPT, *provider.forward_headers}))
+
+
+@dataclass(frozen=True, slots=True)
+class Receives:
+    """What an attempt's provider receives: the client's headers `allowed` (names or
+    `prefix*`) but not those `withheld`, then its `fixed` headers."""
+
+    allowed: tuple[str, ...]
+    withheld: tuple[str, ...]
+    fixed: tuple[tuple[str, str], ...]
+
+
+def route_receives(route: Route) -> tuple[Receives, dict[str, Receives]]:
+    """What each provider of `route` receives: (for a provider no entry names, by provider
+    name). A route whose providers all receive the same has no entries: the first applies
+    to every attempt. Otherwise the first is the built-in list (an attempt the first
+    upstream filter named no provider for, never while it names one on every attempt: a
+    safeguard, never forward all) and each provider has its own. Both filters are
+    written from this (forwarded_headers_filter, native_forwarded_headers_config)."""
+    providers = sorted({b.provider.name: b.provider for b in route.backends}.values(),
+                       key=lambda p: p.name)  # fmt: skip
+    if len({(p.forward_headers, p.headers) for p in providers}) == 1:
+        return Receives(allowed_headers(providers[0]), (), providers[0].headers), {}
+    anyone = Receives(BUILT_IN, withheld_headers(None, providers), ())
+    return anyone, {
+        p.name: Receives(allowed_headers(p), withheld_headers(p, providers), p.headers)
+        for p in providers
+    }
 
 
 def forwarded_headers_filter(route: Route, native_module: str | None = None) -> hcm_pb2.HttpFilter:
@@ -94,40 +121,28 @@ def forwarded_headers_filter(route: Route, native_module: str | None = None) -> 
         return native_forwarded_headers(
             FORWARDED_HEADERS_FILTER, native_module, native_forwarded_headers_config(route)
         )
-    providers = _providers(route)
-    if len(_variants(providers)) == 1:
-        mutation = _removals(allowed_headers(providers[0]), providers[0].headers, ())
-        return hcm_pb2.HttpFilter(name=FORWARDED_HEADERS_FILTER, typed_config=pack(mutation))
-    runs = {
-        p.name: (
-            f"forward-{p.name}",
-            _mutation_filter(
-                _removals(allowed_headers(p), p.headers, withheld_headers(p, providers))
-            ),
+    anyone, each = route_receives(route)
+    if not each:
+        return hcm_pb2.HttpFilter(
+            name=FORWARDED_HEADERS_FILTER, typed_config=pack(_mutation(anyone))
         )
-        for p in providers
+    runs = {
+        name: (f"forward-{name}", _mutation_filter(_mutation(receives)))
+        for name, receives in each.items()
     }
-    default = _mutation_filter(_removals(BUILT_IN, (), withheld_headers(None, providers)))
+    default = _mutation_filter(_mutation(anyone))
     return per_provider_filter(
         FORWARDED_HEADERS_FILTER, runs, execute_filter("forward-default", default)
     )
 
 
 def native_forwarded_headers_config(route: Route) -> str:
-    """The native filter's configuration (c/forwarded_headers.c): the same lists as the
-    header_mutation filters, as `key=value` lines. The lines before any `provider=` are
-    for a provider no block names: a route whose providers all receive the same has them
-    alone; otherwise each provider has its block and they hold the built-in list."""
-    providers = _providers(route)
-    lines = [f"provider_header={wire.PROVIDER_HEADER}"]
-    if len(_variants(providers)) == 1:
-        lines += _native_block(allowed_headers(providers[0]), providers[0].headers, ())
-    else:
-        lines += _native_block(BUILT_IN, (), withheld_headers(None, providers))
-        for provider in providers:
-            lines.append(f"provider={provider.name}")
-            withheld = withheld_headers(provider, providers)
-            lines += _native_block(allowed_headers(provider), provider.headers, withheld)
+    """The native filter's configuration (c/forwarded_headers.c): route_receives as
+    `key=value` lines, the lines before any `provider=` for a provider no block names."""
+    anyone, each = route_receives(route)
+    lines = [f"provider_header={wire.PROVIDER_HEADER}", *_native_block(anyone)]
+    for name, receives in each.items():
+        lines += [f"provider={name}", *_native_block(receives)]
     return "".join(line + "\n" for line in lines)
 
 
@@ -141,22 +156,10 @@ def withheld_headers(provider: Provider | None, providers: Iterable[Provider]) -
     return tuple(sorted({name for p in providers for name, _ in p.headers} - own))
 
 
-def _native_block(
-    allowed: Iterable[str], headers: Iterable[tuple[str, str]], withheld: Iterable[str]
-) -> list[str]:
-    return ([f"allow={name}" for name in allowed] + [f"withhold={name}" for name in withheld]
-            + [f"set={n}:{v}" for n, v in headers])  # fmt: skip
-
-
-def _providers(route: Route) -> list[Provider]:
-    """The route's providers, each once, by name."""
-    return sorted({b.provider.name: b.provider for b in route.backends}.values(),
-                  key=lambda p: p.name)  # fmt: skip
-
-
-def _variants(providers: Iterable[Provider]) -> set[tuple[object, ...]]:
-    """The distinct things providers receive: one filter serves a route with one."""
-    return {(p.forward_headers, p.headers) for p in providers}
+def _native_block(receives: Receives) -> list[str]:
+    return ([f"allow={name}" for name in receives.allowed]
+            + [f"withhold={name}" for name in receives.withheld]
+            + [f"set={name}:{value}" for name, value in receives.fixed])  # fmt: skip
 
 
 def _mutation_filter(
@@ -167,18 +170,16 @@ def _mutation_filter(
     )
 
 
-def _removals(
-    allowed: Iterable[str], headers: Iterable[tuple[str, str]], withheld: Iterable[str]
-) -> header_mutation_pb2.HeaderMutation:
-    """Remove what is not `allowed` and what is `withheld`, then set the fixed `headers`."""
+def _mutation(receives: Receives) -> header_mutation_pb2.HeaderMutation:
+    """Remove what is not allowed and what is withheld, then set the fixed headers."""
     mutations = [
         mutation_rules_pb2.HeaderMutation(
             remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(key_matcher=matcher)
         )
-        for matcher in removal_matchers(allowed)
+        for matcher in removal_matchers(receives.allowed)
     ]
-    mutations += [mutation_rules_pb2.HeaderMutation(remove=name) for name in withheld]
-    for name, value in headers:
+    mutations += [mutation_rules_pb2.HeaderMutation(remove=name) for name in receives.withheld]
+    for name, value in receives.fixed:
         mutations.append(
             mutation_rules_pb2.HeaderMutation(
                 append=base_pb2.HeaderValueOption(
