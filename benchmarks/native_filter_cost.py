@@ -85,6 +85,7 @@ from .fast_lane_cost import (
     _document,
     arms_main,
     cost_tables,
+    upstream_filters,
     wrk_run,
     wrk_script,
 )
@@ -188,11 +189,9 @@ def arm_bootstrap(name: str, work: Path, upstream: int, port: int, unused: int) 
     doc.write_text(yaml.safe_dump(_document(port, upstream, None, work)))
     if name == PASS_PEER:
         config = _bootstrap("envoy peer", doc, upstream, port, unused)
-        for cluster in config["static_resources"]["clusters"]:
-            for options in cluster.get("typed_extension_protocol_options", {}).values():
-                for upstream_filter in options.get("http_filters", ()):
-                    if upstream_filter["name"] == FORWARDED_HEADERS_FILTER:
-                        upstream_filter["typed_config"] = _module_filter("pass")
+        for upstream_filter in upstream_filters(config):
+            if upstream_filter["name"] == FORWARDED_HEADERS_FILTER:
+                upstream_filter["typed_config"] = _module_filter("pass")
         return config
     if name.startswith("envoy peer"):
         return _bootstrap(name, doc, upstream, port, unused)

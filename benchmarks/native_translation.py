@@ -26,6 +26,8 @@ from benchmarks.xds_push import PROVIDERS, gateway_doc
 from sluicegate.config import load_config
 from sluicegate.model import Gateway, build_model
 from sluicegate.xds.translate import RouteMemo, translate, translate_native
+from sluicegate.xds.translate.envoy_routing import fast_lane_extensions
+from sluicegate.xds.translate.listeners import build_listeners
 
 LIBRARY = "/opt/sluicegate/libsluicegate_native.so"  # a path: nothing loads it here
 
@@ -50,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         "default (translate)": lambda m, memo: translate(m, memo),
         "a native class (translate_native)": lambda m, memo: translate_native(
             dataclasses.replace(m, native_module=LIBRARY), memo
+        ),
+        # What a class cost before its clusters were translated again (session 21).
+        "its listeners and filter configurations alone": lambda m, memo: (
+            build_listeners(dataclasses.replace(m, native_module=LIBRARY)),
+            list(fast_lane_extensions(dataclasses.replace(m, native_module=LIBRARY))),
         ),
     }
     print(f"{args.routes} routes, median of {args.reps} runs, seconds")
