@@ -23,11 +23,13 @@ COMMAND_ANNOTATION: Final = "sluicegate/generated-by"
 DATA_KEY: Final = "bootstrap.yaml"
 # What deploy/README.md documents: one Envoy per pod, the control plane's Service by its
 # cluster DNS name, the pod's own ext_proc sidecar on loopback, the admin on a socket in
-# an emptyDir. Each Envoy's node id is its pod's name (`envoy --service-node`).
+# an emptyDir, the native filters library where deploy/Dockerfile builds it. Each Envoy's
+# node id is its pod's name (`envoy --service-node`).
 COMMAND: Final = (
     "sluicegate bootstrap --node-id example-app --cluster example-app"
     " --control-plane sluicegate-control-plane.sluicegate.svc.cluster.local:18000"
-    " --ext-proc 127.0.0.1:18001 --admin unix:/run/envoy/admin.sock --format yaml"
+    " --ext-proc 127.0.0.1:18001 --admin unix:/run/envoy/admin.sock"
+    " --native-module /opt/sluicegate/native/libsluicegate_native.so --format yaml"
 )
 
 _HEADER: Final = """\

@@ -203,3 +203,32 @@ def test_containers_are_locked_down_with_probes_and_requests() -> None:
     for sidecar in app_pod["initContainers"]:
         assert sidecar["restartPolicy"] == "Always"
         assert "startupProbe" in sidecar
+
+
+def _dockerfile_library_step() -> str:
+    """The Dockerfile's RUN line that builds the native filters library, joined."""
+    text = (KUBERNETES.parent / "Dockerfile").read_text().replace("\\\n", " ")
+    (step,) = [line for line in text.splitlines() if "native-build" in line]
+    return " ".join(step.removeprefix("RUN ").split())
+
+
+def test_the_image_builds_the_library_where_the_bootstrap_names_it(tmp_path: Path) -> None:
+    """The Dockerfile's library step, run here with the image's /opt/sluicegate as a
+    temporary folder: the path the sidecar's bootstrap names is a library built from
+    these sources, which the control plane (native_filters.module: node) then serves."""
+    named = _flag(_bootstrap_args(), "native-module")
+    step = _dockerfile_library_step()
+    assert named in step.split(), step
+    prefix = "/opt/sluicegate"
+    assert named.startswith(prefix + "/")
+    here = step.replace(f"{prefix}/bin/sluicegate", f"{shlex.quote(sys.executable)} -m sluicegate")
+    done = subprocess.run(
+        ["sh", "-c", here.replace(prefix, str(tmp_path))],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    from sluicegate.native import MODULE, build
+
+    library = tmp_path / named.removeprefix(prefix + "/")
+    assert library.resolve() == build(MODULE, library.parent)
+    assert "native_filters" not in _config()  # the default, node: the bootstrap decides
