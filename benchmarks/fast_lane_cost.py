@@ -9,6 +9,7 @@ server taking the request records. wrk sends a chat completion (`--prompt-bytes`
 1,200 unless told; `model` after the messages, as the OpenAI SDKs write it). The arms:
 
 - plain: Envoy's router only, to the upstream (the harness's plain gateway);
+- plain with the record log: the same with the fast lane's record access log;
 - envoy peer: the comparison's `envoy` (benchmarks/peers/plain_envoy.py): sluicegate's
   translation with the router alone (its route, cluster and header allowlist);
 - fast lane, as translated;
@@ -196,8 +197,13 @@ RECORD_LOGS: Final[dict[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
         lambda value: value["common_config"].update(buffer_size_bytes=1 << 20)
     ),
 }
+# Plain Envoy with the fast lane's record log (the same access log entry, to the same
+# ext_proc server): what issue 10's record per request costs Envoy without anything else
+# of sluicegate's (its metadata fields are then `-`).
+PLAIN_RECORDED: Final = "plain with the record log"
 ARMS: Final[dict[str, Arm | str]] = {
     "plain": "plain",
+    PLAIN_RECORDED: PLAIN_RECORDED,
     "envoy peer": "envoy peer",
     **{f"envoy peer without {part}": f"envoy peer without {part}" for part in PEER_PARTS},
     NATIVE_PEER: NATIVE_PEER,
@@ -289,10 +295,13 @@ def _document(listener: int, upstream: int, tenant: str | None, work: Path) -> d
 def _bootstrap(
     arm: Arm | str, path: Path, upstream: int, port: int, ext_proc: int
 ) -> dict[str, Any]:
-    if arm == "plain":
+    if arm in ("plain", PLAIN_RECORDED):
         bootstrap = plain_gateway(upstream)
         listener = bootstrap["static_resources"]["listeners"][0]
         listener["address"]["socket_address"]["port_value"] = port
+        if arm == PLAIN_RECORDED:
+            _add_record_log(bootstrap, _bootstrap((frozenset(), False, None), path, upstream,
+                                                  port, ext_proc))  # fmt: skip
         return bootstrap
     if isinstance(arm, str) and arm.startswith("envoy peer"):
         doc = yaml.safe_load(path.read_text())
@@ -325,13 +334,27 @@ def _bootstrap(
         resources[CLUSTER] = translate(replace(gateway, native_module=None))[CLUSTER]
     made = static_bootstrap(resources, ext_proc_port=ext_proc)
     if isinstance(log_off, str):
-        for listener in made["static_resources"]["listeners"]:
-            for network_filter in listener["filter_chains"][0]["filters"]:
-                if network_filter["name"] == HCM_FILTER:
-                    manager = network_filter["typed_config"]
-                    (record_log,) = manager["access_log"]
-                    manager["access_log"] = [RECORD_LOGS[log_off](record_log)]
+        for manager in _managers(made):
+            (record_log,) = manager["access_log"]
+            manager["access_log"] = [RECORD_LOGS[log_off](record_log)]
     return made
+
+
+def _managers(bootstrap: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for listener in bootstrap["static_resources"]["listeners"]:
+        for network_filter in listener["filter_chains"][0]["filters"]:
+            if network_filter["name"] == HCM_FILTER:
+                yield network_filter["typed_config"]
+
+
+def _add_record_log(plain: dict[str, Any], translated: dict[str, Any]) -> None:
+    """`translated`'s record log, and the cluster it sends to, added to `plain`."""
+    (record_log,) = next(_managers(translated))["access_log"]
+    for manager in _managers(plain):
+        manager["access_log"] = [record_log]
+    (side,) = [c for c in translated["static_resources"]["clusters"]
+               if c["name"] == wire.EXT_PROC_SIDE_CLUSTER]  # fmt: skip
+    plain["static_resources"]["clusters"].append(side)
 
 
 def wrk_run(url: str, connections: int, seconds: int, script: Path) -> tuple[float, float, int]:
