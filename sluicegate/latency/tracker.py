@@ -39,7 +39,7 @@ _RATE_LIMITED: Final = 429
 class Observation:
     failed: bool
     ttft_s: float | None = None  # a success's time to first token, when it is the provider's
-    tpot_s: float | None = None  # a success's time per output token (streams with usage)
+    tpot_s: float | None = None  # a success's time per output token (streams with usage or counted)
 
 
 FAILED: Final = Observation(failed=True)

@@ -41,8 +41,9 @@ QUEUE_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 
 def time_per_output_token(record: RequestRecord) -> float | None:
     """(duration - TTFT) / (output tokens - 1) of a successful stream with at least two
-    output tokens: the decode time per token after the first; otherwise None."""
-    tokens = record.output_tokens
+    output tokens (its usage's, else its events counted: output_tokens_or_events): the
+    decode time per token after the first; otherwise None."""
+    tokens = record.output_tokens_or_events
     if not record.stream or record.status_class != "2xx" or tokens is None or tokens < 2:
         return None
     if record.duration_s is None or record.ttft_s is None:
@@ -138,8 +139,8 @@ class RecordMetrics:
             series.histogram("tpot").observe(tpot)
         if record.input_tokens:
             series.counter("tokens", "input").inc(record.input_tokens)
-        if record.output_tokens:
-            series.counter("tokens", "output").inc(record.output_tokens)
+        if output := record.output_tokens_or_events:
+            series.counter("tokens", "output").inc(output)
         if record.attempts:
             series.counter("attempts").inc(record.attempts)
             if record.attempts > 1:

@@ -85,6 +85,16 @@ class RequestRecord:
     # the provider's own time to first token (not counted from the request's first byte).
     provider_ttft_s: float | None = None
 
+    @property
+    def output_tokens_or_events(self) -> int | None:
+        """The output the metrics count: the provider's usage, else, for a stream that
+        ended without it (a provider that does not send it, a stream cut short), the
+        events that carried text as Envoy counted them (about one token each with most
+        providers; docs/metrics.md)."""
+        if self.output_tokens is not None:
+            return self.output_tokens
+        return self.content_events if self.stream else None
+
 
 def _text(value: str | None) -> str:
     if not value or value == _ABSENT:

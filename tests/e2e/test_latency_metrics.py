@@ -184,3 +184,33 @@ def test_a_stream_s_usage_is_read_by_envoy_and_its_client_gets_what_it_asked(
     assert _output_tokens(text) == before + 2 * usage["completion_tokens"]
     envoy_log = (stack.config_path.parent / "work" / "envoy.log").read_text()
     assert "[lua]" not in envoy_log  # no script error, on any chunk
+
+
+def _tpot_count(text: str) -> float:
+    return sum(
+        s.value
+        for s in _samples(text, "gen_ai_server_time_per_output_token_seconds_count")
+        if s.labels["route"] == "mini"
+    )
+
+
+def test_a_stream_without_usage_is_counted(stack: Stack) -> None:
+    """A stream whose client set `stream_options` without `include_usage`: nobody asks
+    for its usage event and the provider sends none. The native usage reader (`up`'s
+    Envoy has the library) counts its events that carried text, and the metrics count
+    those as its output tokens and its time per output token (docs/metrics.md)."""
+    text = _metrics(stack)
+    before, tpot_before = _output_tokens(text), _tpot_count(text)
+    body = {"model": "gpt-4o-mini", "messages": HELLO, "stream": True, "stream_options": {}}
+    events = _events(stack, body)
+    assert all(event.get("usage") is None for event in events)
+    texts = sum(1 for event in events for choice in event["choices"]
+                if choice.get("delta", {}).get("content"))  # fmt: skip
+    assert texts >= 2
+
+    text = _wait_for(
+        stack,
+        lambda text: _output_tokens(text) >= before + texts and _tpot_count(text) > tpot_before,
+    )
+    assert _output_tokens(text) == before + texts
+    assert _tpot_count(text) == tpot_before + 1

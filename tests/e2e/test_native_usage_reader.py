@@ -10,8 +10,10 @@ request goes through both; what the client receives and the usage Envoy logged (
 `sluicegate.usage` namespace of the request's access-log entry) must be the same.
 
 Tenants: `metered` has a token limit, so its requests carry a reservation and their
-streams' content events are counted; `open` has none. A stream whose client did not ask
-for usage gets it asked for by the routing stage, and the usage event cut.
+streams' content events are counted by both; `open` has none, and only the native reader
+counts its streams (the record's output when no usage comes; the Lua filter would cost
+every stream). A stream whose client did not ask for usage gets it asked for by the
+routing stage, and the usage event cut.
 """
 
 from __future__ import annotations
@@ -200,6 +202,8 @@ ASKED: Final = {"stream": True, "stream_options": {"include_usage": True}}
 NOT_ASKED: Final = {"stream": True}
 NO_INJECTION: Final = {"stream": True, "stream_options": {}}  # counted, never asked
 USAGE_11_3: Final = {"prompt_tokens": 11.0, "completion_tokens": 3.0}
+# What the native reader counts of CHAT_EVENTS (the two that carry text), on every stream.
+COUNTED_2: Final = {wire.USAGE_CONTENT_EVENTS: 2.0}
 USAGE_7_5: Final = {"prompt_tokens": 7.0, "completion_tokens": 5.0}
 
 # (case, key, request, the usage both arms must log). Chunkings whose results the Lua
@@ -230,7 +234,8 @@ async def test_the_native_reader_logs_and_passes_what_envoys_readers_do(
     envoy = await exchange(arms, "envoy", request_body, key)
     native = await exchange(arms, "native", request_body, key)
     assert envoy.status == native.status == 200
-    assert native.usage == envoy.usage == usage
+    assert envoy.usage == usage
+    assert native.usage == ({**usage, **COUNTED_2} if request_body.get("stream") else usage)
     assert native.body == envoy.body
     if request_body.get("stream") and "stream_options" not in request_body:
         assert b'"usage"' not in native.body.replace(b'\\"usage\\"', b"")  # the event was cut
@@ -247,7 +252,7 @@ async def test_cr_line_ends_are_events_too(arms: Arms) -> None:
     """Lines ended by a lone CR (the SSE spec allows it): the usage event is read and cut."""
     plain = await exchange(arms, "native", chat("chat events", **NO_INJECTION), OPEN_KEY)
     native = await exchange(arms, "native", chat("chat events cr", **NOT_ASKED), OPEN_KEY)
-    assert native.usage == USAGE_11_3
+    assert native.usage == {**USAGE_11_3, **COUNTED_2}
     assert native.body == plain.body.replace(b"\n", b"\r")
 
 
@@ -258,7 +263,8 @@ async def test_a_large_final_event_split_in_chunks_keeps_its_usage(arms: Arms) -
     native = await exchange(arms, "native", chat("responses split-512", stream=True), OPEN_KEY,
                             path="/v1/responses")  # fmt: skip
     assert native.status == 200
-    assert native.usage == {"input_tokens": 5.0, "output_tokens": 2.0}
+    assert native.usage == {"input_tokens": 5.0, "output_tokens": 2.0,
+                            wire.USAGE_CONTENT_EVENTS: 1.0}  # fmt: skip
 
 
 @pytest.mark.parametrize("chunking", ["events", "one"])
@@ -276,7 +282,8 @@ async def test_a_cut_stream_that_ends_mid_event_passes_its_last_bytes(
     envoy = await exchange(arms, "envoy", request_body, OPEN_KEY)
     native = await exchange(arms, "native", request_body, OPEN_KEY)
     assert envoy.status == native.status == 200
-    assert native.usage == envoy.usage == {}
+    assert envoy.usage == {}
+    assert native.usage == COUNTED_2
     sent = "".join(event + "\n\n" for event in CHAT_EVENTS).encode()
     assert native.body == sent + UNENDED_TAIL
     assert envoy.body == sent  # the Lua's loss

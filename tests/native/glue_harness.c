@@ -25,7 +25,7 @@ static size_t nslices;
 static char *out; /* what the client got */
 static size_t outn, outcap;
 static bool in_body_hook, in_trailers_hook, refuse_chunks;
-static const char *usage_header, *content_type, *injected, *reservation;
+static const char *usage_header, *content_type, *injected;
 static bool has_content_length;
 #define MAX_META 16
 static char meta_keys[MAX_META][48];
@@ -145,8 +145,7 @@ bool envoy_dynamic_module_callback_http_get_metadata_string(sg_filter_envoy f, i
                                                            sg_module_buffer key,
                                                            sg_envoy_buffer *value) {
   assert(source == SG_METADATA_DYNAMIC && key_is(ns, "sluicegate"));
-  const char *v = key_is(key, "injected") ? injected : key_is(key, "reservation") ? reservation
-                                                                                   : NULL;
+  const char *v = key_is(key, "injected") ? injected : NULL;
   if (v == NULL) return false;
   *value = (sg_envoy_buffer){v, strlen(v)};
   return true;
@@ -201,7 +200,7 @@ static bool meta(const char *key, double *value) {
 static const char CONFIG[] =
     "usage_header=x-sluicegate-usage\nby_log=log\nby_stream=stream\nby_chunks=stream-chunks\n"
     "by_nobody=observer,none\n"
-    "namespace=sluicegate\ninjected=injected\ninjected_value=cut-it\nreservation=reservation\n"
+    "namespace=sluicegate\ninjected=injected\ninjected_value=cut-it\n"
     "usage_namespace=sluicegate.usage\ncount_key=content_events\n"
     "members=prompt_tokens,completion_tokens,input_tokens,output_tokens\n";
 static const char MEMBERS[] = "prompt_tokens,completion_tokens,input_tokens,output_tokens";
@@ -347,7 +346,7 @@ static int mode_cases(void) {
              NULL, (sg_envoy_buffer){"other", 5}, (sg_envoy_buffer){CONFIG, strlen(CONFIG)}) ==
          NULL);
   usage_header = "stream-chunks", content_type = "text/event-stream";
-  injected = "cut-it", reservation = "r";
+  injected = "cut-it";
   double v;
 
   /* Held bytes and an empty end-of-stream data frame (Envoy's HTTP/1 codec ends every
@@ -410,6 +409,20 @@ static int mode_cases(void) {
   expect_out(want);
   assert(meta_writes == writes);
   envoy_dynamic_module_on_http_filter_destroy(f);
+
+  /* A stream only read (its client asked for usage, or nobody did), no reservation:
+   * counted too, for the record's output when no usage comes; nothing cut. */
+  usage_header = "stream";
+  reset_stream();
+  f = start(config, false);
+  data_hook(f, TEXT_EVENT, strlen(TEXT_EVENT), 1, false);
+  data_hook(f, TEXT_EVENT, strlen(TEXT_EVENT), 2, true);
+  snprintf(want, sizeof want, "%s%s", TEXT_EVENT, TEXT_EVENT);
+  expect_out(want);
+  assert(has_content_length && meta("content_events", &v) && v == 2);
+  assert(!meta("prompt_tokens", &v));
+  envoy_dynamic_module_on_http_filter_destroy(f);
+  usage_header = "stream-chunks";
 
   /* Not an event stream, or not this reader's: untouched. */
   content_type = "application/json";
@@ -488,8 +501,8 @@ static int mode_fuzz(long iterations, uint64_t seed) {
     if (rnd() % 8 == 0) b[n++] = 0;
     /* The value the config names cuts; another ("true" too) does not. */
     injected = rnd() % 4 ? "cut-it" : rnd() & 1 ? "true" : "false";
-    reservation = rnd() & 1 ? "r" : NULL;
-    int flags = (strcmp(injected, "cut-it") == 0 ? SG_CUT : 0) | (reservation ? SG_COUNT : 0);
+    /* Every stream is counted (with or without a reservation). */
+    int flags = (strcmp(injected, "cut-it") == 0 ? SG_CUT : 0) | SG_COUNT;
     reference_t r;
     reference(names, flags, b, n, &r);
     reset_stream();
@@ -512,7 +525,7 @@ static int mode_fuzz(long iterations, uint64_t seed) {
     if (!contains(b, n, "data: [DONE]")) /* else which bytes are cut depends on chunking */
       ok = ok && outn == r.length && memcmp(out, r.passed, outn) == 0;
     double v;
-    if (reservation) ok = ok && meta("content_events", &v) && v == (double)r.count;
+    ok = ok && meta("content_events", &v) && v == (double)r.count;
     for (size_t s = 0; s < sg_names_slots(names); s++) {
       bool present = meta(sg_names_key(names, s), &v);
       ok = ok && present == r.present[s] && (!present || v == r.values[s]);

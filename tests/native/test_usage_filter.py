@@ -90,7 +90,7 @@ def test_media_types_as_the_regex_and_sse_rule(harness: Path) -> None:
 GOOD_CONFIG: Final = (
     "usage_header=x-sluicegate-usage\nby_log=log\nby_stream=stream\nby_chunks=chunks\n"
     "by_nobody=observer,none\n"
-    "namespace=sluicegate\ninjected=injected\ninjected_value=true\nreservation=reservation\n"
+    "namespace=sluicegate\ninjected=injected\ninjected_value=true\n"
     "usage_namespace=sluicegate.usage\ncount_key=content_events\n"
     "members=prompt_tokens,completion_tokens\n"
 )

@@ -57,6 +57,18 @@ def test_no_tpot_without_a_successful_stream_of_two_tokens(change: dict[str, obj
     assert time_per_output_token(record) is None
 
 
+def test_a_stream_without_usage_is_timed_by_its_counted_events() -> None:
+    """No usage (a provider that sends none, a stream cut short): the events Envoy
+    counted stand for its output tokens; with usage, the usage counts."""
+    record = decode(log_record(streamed()), MAPS)
+    counted = dataclasses.replace(record, output_tokens=None, content_events=11)
+    assert counted.output_tokens_or_events == 11
+    assert time_per_output_token(counted) == pytest.approx(0.38 / 10)
+    assert dataclasses.replace(record, content_events=11).output_tokens_or_events == 20
+    assert dataclasses.replace(counted, stream=False).output_tokens_or_events is None
+    assert dataclasses.replace(counted, content_events=None).output_tokens_or_events is None
+
+
 def test_buckets_reach_from_milliseconds_to_minutes() -> None:
     for buckets in (DURATION_BUCKETS, TTFT_BUCKETS, TPOT_BUCKETS, QUEUE_BUCKETS):
         assert list(buckets) == sorted(set(buckets))

@@ -5,10 +5,15 @@
  *
  * Who reads an answer is the request's `usage_header` (set by the routing stage):
  * `by_log` a JSON answer, `by_stream` an event stream, `by_chunks` an event stream also
- * counted (with a reservation) and cut (usage injected); one of `by_nobody`: nothing;
- * absent or another value: whichever the answer's media type is, a stream counted and
- * cut as its metadata asks (Envoy's readers each ran on their media type then). An answer not of the reader's media type passes
+ * cut (usage injected); one of `by_nobody`: nothing; absent or another value: whichever
+ * the answer's media type is, a stream cut as its metadata asks (Envoy's readers each
+ * ran on their media type then). An answer not of the reader's media type passes
  * untouched. Nothing is held back but a cut's unfinished event.
+ *
+ * Every stream read is counted (its events that carried text), with or without a
+ * reservation: the record's output of a stream that ends without usage
+ * (docs/metrics.md). The Lua filter counts only a reserved stream's: it costs Envoy on
+ * every chunk it reads, this reader reads them anyway.
  *
  * Never fatal: a failed allocation stops the reading (the bytes pass as they came). */
 #include <stdint.h>
@@ -25,11 +30,11 @@
 
 enum {
   K_USAGE_HEADER, K_BY_LOG, K_BY_STREAM, K_BY_CHUNKS, K_BY_NOBODY, K_NAMESPACE, K_INJECTED,
-  K_INJECTED_VALUE, K_RESERVATION, K_USAGE_NAMESPACE, K_COUNT_KEY, K_MEMBERS, K_COUNT
+  K_INJECTED_VALUE, K_USAGE_NAMESPACE, K_COUNT_KEY, K_MEMBERS, K_COUNT
 };
 static const char *const KEYS[K_COUNT] = {
     "usage_header", "by_log", "by_stream", "by_chunks", "by_nobody", "namespace", "injected",
-    "injected_value", "reservation", "usage_namespace", "count_key", "members",
+    "injected_value", "usage_namespace", "count_key", "members",
 };
 
 typedef struct {
@@ -230,16 +235,15 @@ static void write_usage(filter_t *f, sg_filter_envoy envoy) {
     write_count(f, envoy, sg_scanner_count(f->scanner));
 }
 
-/* For a stream marked by_chunks: the Lua's two jobs, as the request's metadata asks. */
+/* For a stream marked by_chunks: cut, if the request's metadata says its usage was
+ * injected. */
 static int chunk_flags(filter_t *f, sg_filter_envoy envoy) {
   sg_envoy_buffer value = {NULL, 0};
-  int flags = 0;
   sg_module_buffer cut = setting(f->config, K_INJECTED_VALUE);
   if (metadata_string(f, envoy, K_INJECTED, &value) && value.length == cut.length &&
       memcmp(value.ptr, cut.ptr, cut.length) == 0)
-    flags |= SG_CUT;
-  if (metadata_string(f, envoy, K_RESERVATION, &value)) flags |= SG_COUNT;
-  return flags;
+    return SG_CUT;
+  return 0;
 }
 
 /* The scanner for this answer, or none (0: not read). */
@@ -250,9 +254,9 @@ static void start_reading(filter_t *f, sg_filter_envoy envoy) {
   bool json = !typed || json_media(type), stream = typed && event_stream_media(type);
   int kind = -1, flags = 0;
   if (json && (f->reader == READ_JSON || f->reader == READ_ANY)) kind = SG_JSON;
-  if (stream && f->reader == READ_STREAM) kind = SG_SSE;
+  if (stream && f->reader == READ_STREAM) kind = SG_SSE, flags = SG_COUNT;
   if (stream && (f->reader == READ_CHUNKS || f->reader == READ_ANY))
-    kind = SG_SSE, flags = chunk_flags(f, envoy);
+    kind = SG_SSE, flags = chunk_flags(f, envoy) | SG_COUNT;
   if (kind < 0) return;
   f->slices = calloc(SLICES_AT_FIRST, sizeof *f->slices);
   if (f->slices == NULL) return;

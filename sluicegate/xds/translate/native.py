@@ -77,7 +77,6 @@ def usage_reader_config() -> str:
         "namespace": wire.METADATA_NAMESPACE,
         "injected": wire.META_USAGE_INJECTED,
         "injected_value": wire.USAGE_INJECTED_TRUE,
-        "reservation": wire.META_RESERVATION,
         "usage_namespace": wire.USAGE_METADATA_NAMESPACE,
         "count_key": wire.USAGE_CONTENT_EVENTS,
         "members": ",".join(wire.USAGE_MEMBERS),
