@@ -300,8 +300,9 @@ def _bootstrap(
         listener = bootstrap["static_resources"]["listeners"][0]
         listener["address"]["socket_address"]["port_value"] = port
         if arm == PLAIN_RECORDED:
-            _add_record_log(bootstrap, _bootstrap((frozenset(), False, None), path, upstream,
-                                                  port, ext_proc))  # fmt: skip
+            translated = _bootstrap(ARMS["fast lane, as translated"], path, upstream, port,
+                                    ext_proc)  # fmt: skip
+            _add_record_log(bootstrap, translated)
         return bootstrap
     if isinstance(arm, str) and arm.startswith("envoy peer"):
         doc = yaml.safe_load(path.read_text())

@@ -65,6 +65,7 @@ from benchmarks.latency_metrics import gateway_model, serve_ext_proc, without
 from sluicegate.envoy import EnvoyProcess
 from sluicegate.testing import cpu_by_role, free_ports, static_bootstrap
 from sluicegate.xds.translate import translate
+from sluicegate.xds.translate.native import NATIVE_USAGE_READER_FILTER
 from sluicegate.xds.translate.stream_usage import SSE_TO_METADATA_FILTER
 from sluicegate.xds.translate.usage import STREAM_USAGE_FILTER
 
@@ -146,6 +147,8 @@ def _usage_reader(stack: UpStack) -> str:
     url = stack.admin + "/config_dump?resource=dynamic_listeners"
     with urllib.request.urlopen(url, timeout=10) as response:
         dump = response.read().decode()
+    if NATIVE_USAGE_READER_FILTER in dump:
+        return "the native usage reader"
     if "envoy.filters.http.sse_to_metadata" in dump:
         return "sse_to_metadata (Envoy)"
     if "sluicegate.usage_observer" in dump:

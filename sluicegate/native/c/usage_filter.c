@@ -11,9 +11,7 @@
  * untouched. Nothing is held back but a cut's unfinished event.
  *
  * Every stream read is counted (its events that carried text), with or without a
- * reservation: the record's output of a stream that ends without usage
- * (docs/metrics.md). The Lua filter counts only a reserved stream's: it costs Envoy on
- * every chunk it reads, this reader reads them anyway.
+ * reservation (docs/native-filters.md, "Every stream counted").
  *
  * Never fatal: a failed allocation stops the reading (the bytes pass as they came). */
 #include <stdint.h>
@@ -270,7 +268,7 @@ static void start_reading(filter_t *f, sg_filter_envoy envoy) {
                                                   text("content-length"), text(""));
   if (flags & SG_COUNT) {
     f->counts = true;
-    write_count(f, envoy, 0); /* the charge of a stream cut before any text */
+    write_count(f, envoy, 0); /* the count of a stream that ends before any text */
   }
 }
 

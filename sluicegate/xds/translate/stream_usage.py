@@ -65,8 +65,9 @@ _USAGE_PATHS: Final = (
 # legacy completion's `text`, or a Responses API `*.delta` event's `delta` (its `*.done`
 # events and `response.completed` repeat the text, so they do not count). A key inside a
 # string is escaped (\"content\"), so it never matches. Without a cut to make, an event
-# split across two chunks may be counted twice or not at all: the count is the charge of
-# a stream without usage only.
+# split across two chunks may be counted twice or not at all: the count is a reserved
+# stream's, for its charge (and its output in the metrics) when no usage comes; the
+# native usage reader counts every stream, each line once (docs/native-filters.md).
 STREAM_USAGE_LUA: Final = rf"""
 local NAMESPACE = "{wire.USAGE_METADATA_NAMESPACE}"
 local COUNT_KEY = "{wire.USAGE_CONTENT_EVENTS}"
