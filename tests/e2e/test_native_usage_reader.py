@@ -132,8 +132,22 @@ def answer_for(request: dict[str, Any]) -> Answer:
     return Answer("text/event-stream", chunks)
 
 
+# A stream that never ends: its first events, then nothing until the client leaves.
+ENDLESS: Final = "endless"
+ENDLESS_WAIT_S: Final = 20.0
+
+
 async def provider(request: web.Request) -> web.StreamResponse:
-    answer = answer_for(await request.json())
+    body = await request.json()
+    if body["messages"][0]["content"] == ENDLESS:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for event in CHAT_EVENTS[:3]:
+            await response.write(event.encode() + b"\n\n")
+            await asyncio.sleep(0.002)
+        await asyncio.sleep(ENDLESS_WAIT_S)  # the client leaves first
+        return response
+    answer = answer_for(body)
     response = web.StreamResponse(headers={"content-type": answer.content_type})
     await response.prepare(request)
     for chunk in answer.chunks:
@@ -287,3 +301,21 @@ async def test_a_cut_stream_that_ends_mid_event_passes_its_last_bytes(
     sent = "".join(event + "\n\n" for event in CHAT_EVENTS).encode()
     assert native.body == sent + UNENDED_TAIL
     assert envoy.body == sent  # the Lua's loss
+
+
+@pytest.mark.parametrize("key", [METERED_KEY, OPEN_KEY], ids=["reserved", "not reserved"])
+async def test_a_stream_the_client_leaves_keeps_its_count(arms: Arms, key: str) -> None:
+    """The count is written once, at the stream's end; a stream that has none (its client
+    leaves midway, Envoy resets it) gets it when Envoy completes the stream, before it
+    logs it: the two events with text it passed, not the 0 written at its start."""
+    request_id = f"native-left-{key[-6:]}-{time.monotonic_ns()}"
+    headers = {RECORD_ID: request_id, "authorization": f"Bearer {key}"}
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(arms.urls["native"] + "/v1/chat/completions",
+                                      json=chat(ENDLESS, **NOT_ASKED), headers=headers)  # fmt: skip
+        received = b""
+        while received.count(b"\n\n") < 3:  # the role event and the two with text
+            received += await asyncio.wait_for(response.content.readany(), timeout=10)
+        response.close()  # leaves, the stream unended
+    entry = await arms.collector.entry(request_id)
+    assert entry.metadata.get(wire.USAGE_METADATA_NAMESPACE, {}) == COUNTED_2

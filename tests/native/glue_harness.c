@@ -410,6 +410,17 @@ static int mode_cases(void) {
   assert(meta_writes == writes);
   envoy_dynamic_module_on_http_filter_destroy(f);
 
+  /* A stream reset midway (no end of stream, no trailers): its count is written when
+   * Envoy completes the stream, before it logs it; until then only the first 0. */
+  reset_stream();
+  f = start(config, false);
+  data_hook(f, TEXT_EVENT, strlen(TEXT_EVENT), 1, false);
+  data_hook(f, TEXT_EVENT, strlen(TEXT_EVENT), 1, false);
+  assert(meta("content_events", &v) && v == 0);
+  envoy_dynamic_module_on_http_filter_stream_complete(NULL, f);
+  assert(meta("content_events", &v) && v == 2);
+  envoy_dynamic_module_on_http_filter_destroy(f);
+
   /* A stream only read (its client asked for usage, or nobody did), no reservation:
    * counted too, for the record's output when no usage comes; nothing cut. */
   usage_header = "stream";

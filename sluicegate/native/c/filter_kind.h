@@ -24,6 +24,8 @@ typedef struct sg_filter_kind {
   int (*response_headers)(sg_filter_envoy envoy, void *filter, bool end_of_stream);
   int (*response_body)(sg_filter_envoy envoy, void *filter, bool end_of_stream);
   int (*response_trailers)(sg_filter_envoy envoy, void *filter);
+  /* The stream is over, ended or reset, before Envoy logs it; NULL: nothing to do. */
+  void (*stream_complete)(sg_filter_envoy envoy, void *filter);
 } sg_filter_kind;
 
 /* The head of every configuration and filter object. */

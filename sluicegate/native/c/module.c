@@ -75,10 +75,14 @@ EXPORT int envoy_dynamic_module_on_http_filter_response_trailers(sg_filter_envoy
   return kind_of(module)->response_trailers(envoy, (void *)module);
 }
 
+EXPORT void envoy_dynamic_module_on_http_filter_stream_complete(sg_filter_envoy envoy,
+                                                                sg_filter_module module) {
+  const sg_filter_kind *kind = kind_of(module);
+  if (kind->stream_complete != NULL) kind->stream_complete(envoy, (void *)module);
+}
+
 /* Hooks Envoy requires that no filter here does anything in (declared with their real
  * parameters, from Envoy's header). */
-EXPORT void envoy_dynamic_module_on_http_filter_stream_complete(sg_filter_envoy envoy,
-                                                                sg_filter_module module) {}
 
 EXPORT void envoy_dynamic_module_on_http_filter_http_callout_done(
     sg_filter_envoy envoy, sg_filter_module module, uint64_t callout_id, int result,

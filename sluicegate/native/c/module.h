@@ -28,5 +28,7 @@ int envoy_dynamic_module_on_http_filter_response_body(sg_filter_envoy envoy,
                                                       bool end_of_stream);
 int envoy_dynamic_module_on_http_filter_response_trailers(sg_filter_envoy envoy,
                                                           sg_filter_module module);
+void envoy_dynamic_module_on_http_filter_stream_complete(sg_filter_envoy envoy,
+                                                         sg_filter_module module);
 
 #endif

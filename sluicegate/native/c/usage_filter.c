@@ -219,7 +219,15 @@ static void write_count(filter_t *f, sg_filter_envoy envoy, size_t count) {
   f->written_count = count;
 }
 
-/* The values committed since the last write, and the count if it grew. */
+/* The count as it stands, if it changed since it was last written: at the stream's end,
+ * or when it stops being read. Once a stream, not after every event: a long generation
+ * has thousands, each a metadata write in Envoy (RESULTS.md, "Every stream counted"). */
+static void write_final_count(filter_t *f, sg_filter_envoy envoy) {
+  if (f->counts && f->scanner != NULL && sg_scanner_count(f->scanner) != f->written_count)
+    write_count(f, envoy, sg_scanner_count(f->scanner));
+}
+
+/* The values committed since the last write (a usage event's, a few a stream). */
 static void write_usage(filter_t *f, sg_filter_envoy envoy) {
   const sg_names *names = f->config->names;
   unsigned changed = sg_scanner_changed(f->scanner);
@@ -229,8 +237,6 @@ static void write_usage(filter_t *f, sg_filter_envoy envoy) {
     envoy_dynamic_module_callback_http_set_dynamic_metadata_number(
         envoy, setting(f->config, K_USAGE_NAMESPACE), text(sg_names_key(names, slot)), value);
   }
-  if (f->counts && sg_scanner_count(f->scanner) != f->written_count)
-    write_count(f, envoy, sg_scanner_count(f->scanner));
 }
 
 /* For a stream marked by_chunks: cut, if the request's metadata says its usage was
@@ -328,6 +334,7 @@ static void pass_cut(filter_t *f, sg_filter_envoy envoy, size_t chunk_length, in
  * cannot go before the chunk (they cannot be put in front without the chunk's bytes):
  * they follow it. */
 static void give_up(filter_t *f, sg_filter_envoy envoy) {
+  write_final_count(f, envoy);
   const char *held;
   size_t held_length;
   sg_scanner_held(f->scanner, &held, &held_length);
@@ -354,6 +361,7 @@ static void read_chunk(filter_t *f, sg_filter_envoy envoy, bool end_of_stream) {
   else
     pass_held_then(f, envoy, chunk, count);
   write_usage(f, envoy);
+  if (end_of_stream) write_final_count(f, envoy);
 }
 
 /* ---- the kind (module.c calls these from Envoy's hooks) --------------------------- */
@@ -421,7 +429,15 @@ static int usage_response_trailers(sg_filter_envoy envoy, void *module) {
   sg_scanner_finish(f->scanner);
   pass_cut(f, envoy, 0, SG_BUFFERED_RESPONSE_BODY);
   write_usage(f, envoy);
+  write_final_count(f, envoy);
   return SG_CONTINUE;
+}
+
+/* A stream reset midway (a client that left, a provider that broke off) has no end: its
+ * count as it stood, before Envoy logs the request. */
+static void usage_stream_complete(sg_filter_envoy envoy, void *module) {
+  if (module == &INERT) return;
+  write_final_count(module, envoy);
 }
 
 const sg_filter_kind sg_usage_reader = {
@@ -436,4 +452,5 @@ const sg_filter_kind sg_usage_reader = {
     .response_headers = usage_response_headers,
     .response_body = usage_response_body,
     .response_trailers = usage_response_trailers,
+    .stream_complete = usage_stream_complete,
 };
