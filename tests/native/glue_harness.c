@@ -383,7 +383,7 @@ static int mode_cases(void) {
     envoy_dynamic_module_on_http_filter_destroy(f);
   }
 
-  /* A headers-only answer with the cut armed: no body hook; the charge's count written. */
+  /* A headers-only answer with the cut armed: no body hook; its count (0) written. */
   reset_stream();
   f = start(config, true);
   assert(!has_content_length && meta("content_events", &v) && v == 0);
@@ -394,31 +394,46 @@ static int mode_cases(void) {
   expect_out("");
   envoy_dynamic_module_on_http_filter_destroy(f);
 
-  /* Envoy refuses a chunk's slices: the reading stops; every byte passes (the held ones
-   * after that chunk), none cut, nothing more written. */
+  /* Envoy refuses a chunk's slices: the reading stops, the count as it stood written;
+   * every byte passes (the held ones after that chunk), none cut, nothing more written. */
   reset_stream();
   f = start(config, false);
+  data_hook(f, TEXT_EVENT, strlen(TEXT_EVENT), 1, false);
   data_hook(f, "data: 1\n\ndata: x", 16, 1, false);
-  int writes = meta_writes;
   refuse_chunks = true;
   data_hook(f, "y\n", 2, 2, false);
   refuse_chunks = false;
+  assert(meta("content_events", &v) && v == 1);
+  int writes = meta_writes;
   data_hook(f, USAGE_EVENT, strlen(USAGE_EVENT), 1, true);
+  envoy_dynamic_module_on_http_filter_stream_complete(NULL, f);
   static char want[4096];
-  snprintf(want, sizeof want, "data: 1\n\ny\ndata: x%s", USAGE_EVENT);
+  snprintf(want, sizeof want, "%sdata: 1\n\ny\ndata: x%s", TEXT_EVENT, USAGE_EVENT);
   expect_out(want);
   assert(meta_writes == writes);
   envoy_dynamic_module_on_http_filter_destroy(f);
 
   /* A stream reset midway (no end of stream, no trailers): its count is written when
-   * Envoy completes the stream, before it logs it; until then only the first 0. */
+   * Envoy completes the stream, before it logs it; nothing before (not on the first
+   * token's path either). */
   reset_stream();
   f = start(config, false);
   data_hook(f, TEXT_EVENT, strlen(TEXT_EVENT), 1, false);
   data_hook(f, TEXT_EVENT, strlen(TEXT_EVENT), 1, false);
-  assert(meta("content_events", &v) && v == 0);
+  assert(!meta("content_events", &v));
   envoy_dynamic_module_on_http_filter_stream_complete(NULL, f);
   assert(meta("content_events", &v) && v == 2);
+  envoy_dynamic_module_on_http_filter_destroy(f);
+
+  /* An ended stream's count is written once, at its end: Envoy's completing it after
+   * that writes nothing more. */
+  reset_stream();
+  f = start(config, false);
+  data_hook(f, TEXT_EVENT, strlen(TEXT_EVENT), 1, true);
+  assert(meta("content_events", &v) && v == 1);
+  writes = meta_writes;
+  envoy_dynamic_module_on_http_filter_stream_complete(NULL, f);
+  assert(meta_writes == writes);
   envoy_dynamic_module_on_http_filter_destroy(f);
 
   /* A stream only read (its client asked for usage, or nobody did), no reservation:

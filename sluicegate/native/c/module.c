@@ -83,7 +83,6 @@ EXPORT void envoy_dynamic_module_on_http_filter_stream_complete(sg_filter_envoy 
 
 /* Hooks Envoy requires that no filter here does anything in (declared with their real
  * parameters, from Envoy's header). */
-
 EXPORT void envoy_dynamic_module_on_http_filter_http_callout_done(
     sg_filter_envoy envoy, sg_filter_module module, uint64_t callout_id, int result,
     sg_envoy_header *headers, size_t headers_size, sg_envoy_buffer *body_chunks,

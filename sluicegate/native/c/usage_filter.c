@@ -155,6 +155,8 @@ static bool event_stream_media(sg_envoy_buffer type) {
 /* Who reads this answer, by the request's usage header. */
 enum { READ_NONE, READ_ANY, READ_JSON, READ_STREAM, READ_CHUNKS };
 
+#define NOTHING_WRITTEN SIZE_MAX
+
 /* Slices of a chunk the filter's array has room for at first (grown when a chunk has
  * more, and kept for the next). */
 #define SLICES_AT_FIRST 16
@@ -165,7 +167,7 @@ typedef struct {
   int reader;
   sg_scanner *scanner; /* from the response's headers, when it is read */
   bool counts;
-  size_t written_count;
+  size_t written_count; /* NOTHING_WRITTEN until the count is first written */
   sg_envoy_buffer *slices; /* a chunk's slices, reused chunk after chunk */
   size_t slice_capacity;
 } filter_t;
@@ -272,9 +274,10 @@ static void start_reading(filter_t *f, sg_filter_envoy envoy) {
   if (flags & SG_CUT)
     envoy_dynamic_module_callback_http_set_header(envoy, SG_RESPONSE_HEADERS,
                                                   text("content-length"), text(""));
+  /* Written once, at the end (write_final_count), even if 0: off the first token's path. */
   if (flags & SG_COUNT) {
     f->counts = true;
-    write_count(f, envoy, 0); /* the count of a stream that ends before any text */
+    f->written_count = NOTHING_WRITTEN;
   }
 }
 
@@ -411,6 +414,7 @@ static int usage_response_headers(sg_filter_envoy envoy, void *module, bool end_
   filter_t *f = module;
   if (f->reader == READ_NONE || f->scanner != NULL) return SG_CONTINUE;
   start_reading(f, envoy);
+  if (end_of_stream) write_final_count(f, envoy); /* no body */
   return SG_CONTINUE;
 }
 
@@ -433,8 +437,9 @@ static int usage_response_trailers(sg_filter_envoy envoy, void *module) {
   return SG_CONTINUE;
 }
 
-/* A stream reset midway (a client that left, a provider that broke off) has no end: its
- * count as it stood, before Envoy logs the request. */
+/* Every stream, before Envoy logs it: a stream reset midway (a client that left, a
+ * provider that broke off) has no end, so its count as it stood is written here (an
+ * ended stream's was written at its end). */
 static void usage_stream_complete(sg_filter_envoy envoy, void *module) {
   if (module == &INERT) return;
   write_final_count(module, envoy);
