@@ -101,7 +101,11 @@ READERS: Final = frozenset({JSON_TO_METADATA_FILTER, STREAM_USAGE_FILTER, SSE_TO
 OTHERS: Final = frozenset({FAULT_FILTER, ERROR_BODY_FILTER})
 # The tenant of the arms that have one, and its key (from a secret file).
 TENANT_KEY: Final = "sk-sg-bench-0000000000000000000000000"
+
+
 def _listener_manager(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    """The HTTP connection manager of the bootstrap's listener (every gateway here has one,
+    its manager the chain's last filter)."""
     manager: dict[str, Any] = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0][
         "filters"][-1]["typed_config"]  # fmt: skip
     return manager
@@ -335,24 +339,16 @@ def _bootstrap(
         resources[CLUSTER] = translate(replace(gateway, native_module=None))[CLUSTER]
     made = static_bootstrap(resources, ext_proc_port=ext_proc)
     if isinstance(log_off, str):
-        for manager in _managers(made):
-            (record_log,) = manager["access_log"]
-            manager["access_log"] = [RECORD_LOGS[log_off](record_log)]
+        manager = _listener_manager(made)
+        (record_log,) = manager["access_log"]
+        manager["access_log"] = [RECORD_LOGS[log_off](record_log)]
     return made
-
-
-def _managers(bootstrap: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for listener in bootstrap["static_resources"]["listeners"]:
-        for network_filter in listener["filter_chains"][0]["filters"]:
-            if network_filter["name"] == HCM_FILTER:
-                yield network_filter["typed_config"]
 
 
 def _add_record_log(plain: dict[str, Any], translated: dict[str, Any]) -> None:
     """`translated`'s record log, and the cluster it sends to, added to `plain`."""
-    (record_log,) = next(_managers(translated))["access_log"]
-    for manager in _managers(plain):
-        manager["access_log"] = [record_log]
+    (record_log,) = _listener_manager(translated)["access_log"]
+    _listener_manager(plain)["access_log"] = [record_log]
     (side,) = [c for c in translated["static_resources"]["clusters"]
                if c["name"] == wire.EXT_PROC_SIDE_CLUSTER]  # fmt: skip
     plain["static_resources"]["clusters"].append(side)
