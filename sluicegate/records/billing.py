@@ -80,5 +80,5 @@ def billed_record(record: RequestRecord) -> Billed:
         estimate_output=record.estimate_output,
         used=used,
         # A stream Envoy did not count (not an event stream after all) keeps its estimate.
-        counted=record.content_events if record.stream else None,
+        counted=record.counted_events,
     )

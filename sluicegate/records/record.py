@@ -86,14 +86,18 @@ class RequestRecord:
     provider_ttft_s: float | None = None
 
     @property
+    def counted_events(self) -> int | None:
+        """A stream's events that carried text, as Envoy counted them (about one token
+        each with most providers; docs/metrics.md); None for an answer that is not a
+        stream, or a stream Envoy did not count."""
+        return self.content_events if self.stream else None
+
+    @property
     def output_tokens_or_events(self) -> int | None:
         """The output the metrics count: the provider's usage, else, for a stream that
-        ended without it (a provider that does not send it, a stream cut short), the
-        events that carried text as Envoy counted them (about one token each with most
-        providers; docs/metrics.md)."""
-        if self.output_tokens is not None:
-            return self.output_tokens
-        return self.content_events if self.stream else None
+        ended without it (a provider that does not send it, a stream cut short), its
+        counted events."""
+        return self.output_tokens if self.output_tokens is not None else self.counted_events
 
 
 def _text(value: str | None) -> str:
