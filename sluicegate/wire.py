@@ -48,8 +48,9 @@ def parse_client_name(value: str) -> tuple[str, str, str] | None:
 
 
 # Query parameters that carry credentials somewhere (names compared decoded, lower-case,
-# `-` read as `_`): the routing stage removes them from the path before any provider
-# sees it (filters/request_limits.py), leaving every other parameter byte for byte.
+# `-` read as `_`: filters/request_limits.py's credential_name): the routing stage and,
+# for requests Envoy decides alone, the model reader remove them from the path before any
+# provider sees it, leaving every other parameter byte for byte.
 QUERY_CREDENTIALS: Final = frozenset(
     {
         "access_token", "api_key", "apikey", "auth", "auth_token", "authorization",

@@ -8,7 +8,8 @@
 - `content-length` above `limits.max_request_body_bytes`: 413 at once. Envoy would
   otherwise wait for (and buffer) the body until its buffer limit or the client gives up.
 - A credential in the query string (wire.QUERY_CREDENTIALS: `?api_key=…`) is removed
-  from `:path`, so no provider sees it. Only names are decoded to compare them; the
+  from `:path`, so no provider sees it (the fast lane's model readers apply the same
+  rule: xds/translate/model_reader.py). Only names are decoded to compare them; the
   query is otherwise kept byte for byte (Envoy's own query mutation decodes and does not
   re-encode values, which would corrupt `%26` and could make a new parameter of it).
 """
@@ -16,7 +17,7 @@
 from __future__ import annotations
 
 from typing import Any, Final, NamedTuple
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_to_bytes
 
 from sluicegate import wire
 
@@ -92,15 +93,22 @@ def check_headers(message: Any, max_body_bytes: int | None, too_large: bytes) ->
 def without_query_credentials(path: bytes) -> bytes | None:
     """`path` with every wire.QUERY_CREDENTIALS parameter removed, or None when it has
     none. A parameter's name is decoded (`api%5Fkey`, `API-Key` are `api_key`) only to be
-    compared; what is kept is kept as sent."""
+    compared; what is kept is kept as sent. The rule, byte for byte, of the fast lane's
+    model readers too (xds/translate/model_reader.py, native/c/model_filter.c)."""
     target, _, query = path.partition(b"?")
     parts = query.split(b"&")
-    kept = [part for part in parts if not _is_credential(part)]
+    kept = [part for part in parts if credential_name(part) not in _CREDENTIALS]
     if len(kept) == len(parts):
         return None
     return target + b"?" + b"&".join(kept) if kept else target
 
 
-def _is_credential(part: bytes) -> bool:
-    name = unquote_plus(part.partition(b"=")[0].decode("latin-1")).strip().lower()
-    return name.replace("-", "_") in wire.QUERY_CREDENTIALS
+_CREDENTIALS: Final = frozenset(name.encode() for name in wire.QUERY_CREDENTIALS)
+
+
+def credential_name(part: bytes) -> bytes:
+    """A query parameter's name as compared with wire.QUERY_CREDENTIALS: the bytes before
+    its first `=`, `+` read as a space and each `%XX` as its byte (any other `%` kept),
+    ASCII whitespace trimmed, ASCII letters in lower case, `-` read as `_`."""
+    name = unquote_to_bytes(part.partition(b"=")[0].replace(b"+", b" "))
+    return name.strip(b" \t\n\v\f\r").lower().replace(b"-", b"_")

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.request import Request, urlopen
 
 import pytest
@@ -124,10 +124,12 @@ class Setup:
     b: Recorder
 
 
-def document(a: Recorder, b: Recorder, *, extras: bool) -> dict[str, Any]:
+def document(a: Recorder, b: Recorder, *, extras: bool, fast: str | None = None) -> dict[str, Any]:
     """Provider `a` (keyed) serves model `one` alone; model `two` goes to `b` first, with
     `a` as its fallback, so its route's providers differ in what they receive when
-    `extras` gives `a` fixed headers and a longer list."""
+    `extras` gives `a` fixed headers and a longer list. With `fast` (the native filters'
+    `module`), the tenant is in the fast lane: Envoy decides its requests, the routing
+    stage sees none (its key's secret is the file demo.client)."""
     provider_a: dict[str, Any] = {
         "name": "a",
         "base_url": f"http://127.0.0.1:{a.port}/v1",
@@ -137,10 +139,19 @@ def document(a: Recorder, b: Recorder, *, extras: bool) -> dict[str, Any]:
         provider_a["headers"] = {"OpenAI-Organization": "org-gateway", "OpenAI-Project": "proj_gw"}
         provider_a["forward_headers"] = ["X-Stainless-Lang"]
     listen = free_ports(1)[0]
+    tenant: dict[str, Any] = {
+        "name": "demo",
+        "priority": "interactive",
+        "keys": [{"name": "demo", "hash": DEMO_HASH}],
+    }
+    if fast is not None:
+        tenant["lane"] = "fast"
+        tenant["keys"][0]["secret"] = {"file": "demo.client"}
     return {
         "version": 1,
         "sluicegate": own_addresses(),
         "listeners": [{"name": "main", "address": "127.0.0.1", "port": listen}],
+        "native_filters": {"module": fast or "node"},
         "providers": [provider_a, {"name": "b", "base_url": f"http://127.0.0.1:{b.port}/v1"}],
         "routes": [
             {"name": "one", "models": ["one"], "backends": [{"provider": "a"}]},
@@ -150,27 +161,32 @@ def document(a: Recorder, b: Recorder, *, extras: bool) -> dict[str, Any]:
                 "backends": [{"provider": "b"}, {"provider": "a", "priority": 1}],
             },
         ],
-        "tenants": [
-            {
-                "name": "demo",
-                "priority": "interactive",
-                "keys": [{"name": "demo", "hash": DEMO_HASH}],
-            }
-        ],
+        "tenants": [tenant],
     }
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["defaults", "provider-extras"])
+# (extras, fast): the exact lane with and without provider extras; the fast lane, with
+# Envoy's filters and with the native library's.
+SETUPS: Final = {
+    "defaults": (False, None),
+    "provider-extras": (True, None),
+    "fast-lane": (True, "off"),
+    "fast-lane-native": (True, "node"),
+}
+
+
+@pytest.fixture(scope="module", params=list(SETUPS))
 def setup(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Setup]:
-    extras: bool = request.param
+    extras, fast = SETUPS[request.param]
     tmp = tmp_path_factory.mktemp("allowlist")
     (tmp / "a.key").write_text(PROVIDER_KEY + "\n")
+    (tmp / "demo.client").write_text(CLIENT_KEY)
     a, b = (Recorder(port) for port in free_ports(2))
     servers = [a.serve(), b.serve()]
     try:
-        doc = document(a, b, extras=extras)
+        doc = document(a, b, extras=extras, fast=fast)
         with running_stack(tmp, doc) as stack:
             yield Setup(stack.gateway, a, b)
     finally:

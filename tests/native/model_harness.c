@@ -215,7 +215,7 @@ static bool stopped;        /* the filter holds the request (headers or data) */
 static int clears;          /* clear_route_cache calls */
 static int headers_status;  /* what the headers hook returned */
 static int stops;           /* body hooks that returned StopIterationAndBuffer */
-static int sets_client, sets_usage, sets_length; /* set_header calls, by header */
+static int sets_client, sets_usage, sets_length, sets_path; /* set_header calls, by header */
 
 /* ---- the configuration's names ---------------------------------------------------------- */
 
@@ -274,10 +274,11 @@ bool envoy_dynamic_module_callback_http_get_header(sg_filter_envoy f, int type,
 bool envoy_dynamic_module_callback_http_set_header(sg_filter_envoy f, int type,
                                                   sg_module_buffer key, sg_module_buffer value) {
   CHECK(f == ENVOY && hook != NO_HOOK && type == SG_REQUEST_HEADERS);
-  /* The filter sets three headers only, each to a value a header may hold. */
+  /* The filter sets four headers only, each to a value a header may hold. */
   if (key_is(key, setting("client_header"))) sets_client++;
   else if (key_is(key, setting("usage_header"))) sets_usage++;
   else if (key_is(key, "content-length")) sets_length++;
+  else if (key_is(key, ":path")) sets_path++;
   else CHECK(!"a header the filter does not set");
   for (size_t i = 0; i < value.length; i++)
     CHECK(value.ptr[i] != 0 && value.ptr[i] != '\r' && value.ptr[i] != '\n');
@@ -420,8 +421,8 @@ static void describe(bytes_t *into) {
     bytes_addz(into, "\n");
   }
   char line[160];
-  snprintf(line, sizeof line, "clears %d, sets client %d usage %d length %d\nbody [",
-           clears, sets_client, sets_usage, sets_length);
+  snprintf(line, sizeof line, "clears %d, sets client %d usage %d length %d path %d\nbody [",
+           clears, sets_client, sets_usage, sets_length, sets_path);
   bytes_addz(into, line);
   bytes_add(into, out.p, out.n);
   bytes_addz(into, "]\n");
@@ -449,7 +450,7 @@ static void reset_stream(void) {
   out.n = 0;
   stopped = false;
   clears = headers_status = stops = 0;
-  sets_client = sets_usage = sets_length = 0;
+  sets_client = sets_usage = sets_length = sets_path = 0;
 }
 
 static const meta_t *meta_find(const char *setting_key) {
@@ -1275,11 +1276,11 @@ static void check_invariants(const request_t *rq, bool exact, const bytes_t *wan
   const meta_t *injected = meta_find("meta_usage_injected");
   CHECK(clears <= 1 && !(problem != NULL && model != NULL));
   CHECK(clears == (problem != NULL || model != NULL));
-  CHECK(sets_client <= 1 && sets_usage <= 1 && sets_length <= 1);
+  CHECK(sets_client <= 1 && sets_usage <= 1 && sets_length <= 1 && sets_path <= 1);
   CHECK(sets_usage == (model != NULL));
   if (sets_client) CHECK(model == NULL && problem == NULL && clears == 0);
   if (exact) {
-    CHECK(nmeta == 0 && clears == 0 && sets_client + sets_usage + sets_length == 0);
+    CHECK(nmeta == 0 && clears == 0 && sets_client + sets_usage + sets_length + sets_path == 0);
     CHECK(headers_status == SG_CONTINUE && stops == 0);
   }
   if (injected != NULL) {
@@ -1440,8 +1441,8 @@ static void print_set_header(const char *key, int sets) {
  * `name:value` in hex (an empty value `name:`). A content-length goes with a body.
  * Out, a line each: `C clears`, then each metadata key written (in the order first
  * written) `M key writes s value` (a string) or `M key writes b 0|1` (a boolean), each
- * header the filter set `H name sets value` (the value it has now; client, usage and
- * content-length headers only: the mock refuses any other), and `B body` when what went
+ * header the filter set `H name sets value` (the value it has now; client, usage,
+ * content-length and :path headers only: the mock refuses any other), and `B body` when what went
  * on differs from the body sent (a splice); every name and value in hex, `.` when empty.
  * A line that is no request ends the run with a failure. */
 static int mode_replay(void) {
@@ -1496,6 +1497,7 @@ static int mode_replay(void) {
     print_set_header(setting("client_header"), sets_client);
     print_set_header(setting("usage_header"), sets_usage);
     print_set_header("content-length", sets_length);
+    print_set_header(":path", sets_path);
     if (rq.body != NULL && !same(out.p, out.n, rq.body, rq.length)) {
       printf(" B ");
       put_hex(out.p, out.n);

@@ -37,6 +37,7 @@ import pytest
 
 from sluicegate import wire
 from sluicegate.config import LANE_EXACT, LANE_FAST
+from sluicegate.filters.request_limits import without_query_credentials
 from sluicegate.local_replies import (
     DUPLICATE_PREFIX,
     INVALID_PRIORITY,
@@ -398,6 +399,16 @@ PATHS: Final = (
     b"/v1/models", b"", b"?", b"/?/v1/completions", b"/v1/chat/completionsx",
     b"/v1/CHAT/completions", b"/openai/deployments/x/chat/completions?api-version=1",
 )  # fmt: skip
+# Query parameters: credentials in every spelling the routing stage's rule reads as one
+# (filters/request_limits.py), and near misses it keeps.
+QUERY_PARTS: Final = (
+    b"api_key=sk-1", b"key=k", b"API-Key=x", b"api%5Fkey=x", b"api%5fKEY", b"+api_key+=x",
+    b"%20token%09=x", b"\x0bsig\x0c=1", b"api key=x", b"api+key=x", b"x_api-key=",
+    b"subscription-key=s", b"Code=1", b"tok%65n=t", b"limit=5", b"q=a%26api_key%3Dsk",
+    b"flag", b"", b"=x", b"api_key%3Dx=1", b"%zz=1", b"%4", b"api%2", b"key%", b"%%6bey=1",
+    b"%256bey=1", b"\xc2\xa0api_key=x", b"%C2%A0api_key=x", b"tokenx=1", b"%00key=1",
+    b"key%00=1", b"k" * 70 + b"=1", b"api_key==", b"secret=a=b", b"?key=1", b"a?b=key",
+)  # fmt: skip
 
 MODELS: Final = (
     b'"gpt-4o"', b'"gpt-4o-mini"', b'"org/m1"', b'"held-model"', b'"org\\/m1"',
@@ -647,10 +658,19 @@ def _client(rng: random.Random) -> list[bytes]:
     return []
 
 
+def _path(rng: random.Random) -> bytes:
+    """A path, half of them with a query of QUERY_PARTS after the path's own."""
+    path = rng.choice(PATHS)
+    if rng.random() < 0.5:
+        return path
+    parts = b"&".join(rng.choice(QUERY_PARTS) for _ in range(rng.randint(1, 4)))
+    return path + (b"&" if b"?" in path else b"?") + parts
+
+
 def make_request(rng: random.Random) -> Request:
     headers: list[tuple[bytes, bytes]] = []
     if rng.random() < 0.92:
-        headers.append((PATH, rng.choice(PATHS)))
+        headers.append((PATH, _path(rng)))
     headers += [(CLIENT, value) for value in _client(rng)]
     if rng.random() < 0.45:
         headers += [(PRIORITY, rng.choice(PRIORITIES)) for _ in range(rng.choice((1, 1, 2, 3)))]
@@ -790,6 +810,29 @@ def test_lua_and_native_readers_write_the_same(
         pytest.fail(_report(mismatches), pytrace=False)
     missing = [name for name in EXPECTED if outcomes[name] == 0]
     assert not missing, f"outcomes never reached: {missing} ({dict(outcomes)})"
+
+
+def test_both_readers_remove_query_credentials_as_the_routing_stage_does(
+    lua_reader: LuaReader, harness: Path
+) -> None:
+    """No provider sees a credential in the query string in either lane: the readers
+    (which the exact lane's clients skip) send the path the routing stage's rule makes
+    (filters/request_limits.py's without_query_credentials), byte for byte, and set no
+    path when it has none."""
+    exact = LANE_EXACT.encode() + b"/"
+    requests = [rq for rq in make_requests(SEED, REQUESTS)
+                if not (rq.header(CLIENT) or b"").startswith(exact)]  # fmt: skip
+    natives = replay(harness, requests)
+    removed = 0
+    for request, native in zip(requests, natives, strict=True):
+        path = request.header(PATH) or b""
+        # Envoy passes no other path (the readers leave one that is all query as it is).
+        cleaned = without_query_credentials(path) if path.startswith(b"/") else None
+        expected = None if cleaned is None else (1, cleaned)
+        assert lua_reader.read(request).headers.get(PATH) == expected, path
+        assert native.headers.get(PATH) == expected, path
+        removed += cleaned is not None
+    assert removed > 100, removed  # the requests hold credentials often enough to tell
 
 
 def test_the_stub_reads_as_envoy_does(lua_reader: LuaReader) -> None:

@@ -10,7 +10,8 @@
  * the limits charge (the model, stream, priority class, tenant, token estimate), or the
  * `meta_problem` of a body or client it refuses; it names the usage reader in
  * `usage_header`, asks a stream's usage for its client where the routes need it (the
- * body spliced), and clears the route cache so the request matches again.
+ * body spliced), and clears the route cache so the request matches again. First it
+ * removes the `query_credentials` from the path, as the routing stage does.
  *
  * Its configuration is `key=value` lines (xds/translate/native.py writes them from wire's
  * names); `class`, `asks_usage`, `held` and `tenant` may repeat.
@@ -37,7 +38,7 @@ enum {
   S_META_STREAM, S_META_PROBLEM, S_META_PRIORITY, S_META_TENANT, S_META_KEY_NAME,
   S_META_SCENARIO_ASKED, S_META_ESTIMATE_INPUT, S_META_ESTIMATE_OUTPUT,
   S_META_ESTIMATE_TOKENS, S_META_AUTO_LANE, S_META_CHARGED_TENANT, S_META_USAGE_INJECTED,
-  S_INJECTED_VALUE, S_COUNT
+  S_INJECTED_VALUE, S_QUERY_CREDENTIALS, S_COUNT
 };
 static const char *const SETTINGS[S_COUNT] = {
     "namespace", "client_header", "priority_header", "scenario_header", "usage_header",
@@ -49,7 +50,7 @@ static const char *const SETTINGS[S_COUNT] = {
     "meta_stream", "meta_problem", "meta_priority", "meta_tenant", "meta_key_name",
     "meta_scenario_asked", "meta_estimate_input", "meta_estimate_output",
     "meta_estimate_tokens", "meta_auto_lane", "meta_charged_tenant", "meta_usage_injected",
-    "injected_value",
+    "injected_value", "query_credentials",
 };
 /* The settings that are numbers (at least 0; `estimates` and `scenarios` 0 or 1). */
 static const int NUMBERS[] = {S_DEFAULT_MAX_TOKENS, S_MAX_OUTPUT_TOKENS, S_MAX_N,
@@ -61,6 +62,9 @@ static const int NUMBERS[] = {S_DEFAULT_MAX_TOKENS, S_MAX_OUTPUT_TOKENS, S_MAX_N
 #define MAX_PROBLEM_PREFIX 64
 /* The largest output allowance and n it takes (wire's are far smaller). */
 #define MAX_CONFIGURED_NUMBER 1000000000LL
+
+/* The longest query credential name it takes (wire's are far shorter). */
+#define MAX_CREDENTIAL 64
 
 /* A list of names, kept sorted (or in their order, for the classes). */
 typedef struct {
@@ -88,6 +92,8 @@ typedef struct {
   size_t cap_count, logprob_count, prompt_count;
   names_t classes; /* highest first */
   names_t asks_usage, held;
+  names_t query_credentials; /* sorted; none longer than longest_credential bytes */
+  size_t longest_credential;
   tenant_t *tenants; /* sorted by name */
   size_t tenant_count;
   char *text; /* the configuration, which the lists point into */
@@ -143,6 +149,7 @@ static void config_free(config_t *config) {
   free(config->classes.items);
   free(config->asks_usage.items);
   free(config->held.items);
+  free(config->query_credentials.items);
   for (size_t t = 0; t < config->tenant_count; t++) free(config->tenants[t].models.items);
   free(config->tenants);
   free(config->text);
@@ -230,6 +237,23 @@ static bool member_list(config_t *config, int key, int *into, size_t *count) {
   return true;
 }
 
+/* The comma-separated names of `query_credentials`, sorted; false when one is empty or
+ * longer than MAX_CREDENTIAL, or there is no memory. */
+static bool credential_list(config_t *config) {
+  const char *names = config->values[S_QUERY_CREDENTIALS];
+  size_t length = config->lengths[S_QUERY_CREDENTIALS], start = 0;
+  for (size_t i = 0; i <= length; i++) {
+    if (i < length && names[i] != ',') continue;
+    if (i == start || i - start > MAX_CREDENTIAL ||
+        !names_add(&config->query_credentials, names + start, i - start))
+      return false;
+    if (i - start > config->longest_credential) config->longest_credential = i - start;
+    start = i + 1;
+  }
+  names_sort(&config->query_credentials);
+  return true;
+}
+
 static bool config_check(config_t *config) {
   for (int k = 0; k < S_COUNT; k++)
     if (config->values[k] == NULL) return false;
@@ -265,6 +289,7 @@ static bool config_check(config_t *config) {
     return false;
   names_sort(&config->asks_usage);
   names_sort(&config->held);
+  if (!credential_list(config)) return false;
   if (config->tenant_count > 0 && config->classes.count == 0) return false;
   for (size_t t = 0; t < config->tenant_count; t++) {
     tenant_t *tenant = &config->tenants[t];
@@ -375,6 +400,79 @@ static void refuse_member(const config_t *config, sg_filter_envoy envoy,
 static void refuse(const config_t *config, sg_filter_envoy envoy, sg_module_buffer problem,
                    const sg_module_buffer *class) {
   refuse_member(config, envoy, problem, -1, class);
+}
+
+/* ---- the query string ---------------------------------------------------------------- */
+
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+static bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* Whether the query parameter s[0..n) is a credential: its name (to its first `=`) read
+ * by the routing stage's rule (filters/request_limits.py's credential_name: `+` a space,
+ * each `%XX` its byte, ASCII whitespace trimmed, ASCII letters in lower case, `-` as `_`)
+ * is one of `query_credentials`. No credential holds whitespace, so a name with some
+ * inside it is none. */
+static bool is_credential(const config_t *config, const char *s, size_t n) {
+  char name[MAX_CREDENTIAL];
+  size_t length = 0;
+  bool spaced = false; /* whitespace after the name's first other byte */
+  for (size_t i = 0; i < n && s[i] != '='; i++) {
+    char c = s[i];
+    if (c == '+') {
+      c = ' ';
+    } else if (c == '%' && i + 2 < n && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
+      c = (char)(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
+      i += 2;
+    }
+    if (is_ascii_space(c)) {
+      spaced = length > 0;
+      continue;
+    }
+    if (spaced || length == config->longest_credential) return false;
+    name[length++] = c >= 'A' && c <= 'Z' ? (char)(c + 32) : c == '-' ? '_' : c;
+  }
+  return names_has(&config->query_credentials, name, length);
+}
+
+/* The request's path without its credential parameters (filters/request_limits.py's
+ * without_query_credentials: the rest kept byte for byte), set in place of `:path` when
+ * it had any. */
+static void remove_query_credentials(const config_t *config, sg_filter_envoy envoy) {
+  sg_envoy_buffer path = {NULL, 0};
+  if (!envoy_dynamic_module_callback_http_get_header(envoy, SG_REQUEST_HEADERS,
+                                                     text_of(":path"), &path, 0, NULL) ||
+      path.length == 0)
+    return;
+  const char *mark = memchr(path.ptr, '?', path.length);
+  if (mark == NULL || mark == path.ptr) return; /* every path Envoy passes starts with / */
+  size_t target = (size_t)(mark - path.ptr), at = target + 1, kept = 0;
+  char *sent = malloc(path.length);
+  if (sent == NULL) return; /* the routing stage's rule cannot be kept: as sent */
+  memcpy(sent, path.ptr, target);
+  size_t length = target;
+  bool removed = false;
+  while (at <= path.length) {
+    const char *amp = memchr(path.ptr + at, '&', path.length - at);
+    size_t end = amp != NULL ? (size_t)(amp - path.ptr) : path.length;
+    if (is_credential(config, path.ptr + at, end - at)) {
+      removed = true;
+    } else {
+      sent[length++] = kept++ == 0 ? '?' : '&';
+      memcpy(sent + length, path.ptr + at, end - at);
+      length += end - at;
+    }
+    at = end + 1;
+  }
+  if (removed)
+    envoy_dynamic_module_callback_http_set_header(envoy, SG_REQUEST_HEADERS, text_of(":path"),
+                                                  (sg_module_buffer){sent, length});
+  free(sent);
 }
 
 /* ---- the client ---------------------------------------------------------------------- */
@@ -730,6 +828,7 @@ static int model_request_headers(sg_filter_envoy envoy, void *filter, bool end_o
   filter_t *f = filter;
   client_t who = client(f->config, envoy);
   if (who.lane == CLIENT_EXACT) return SG_CONTINUE; /* the routing stage decides it */
+  remove_query_credentials(f->config, envoy);
   if (who.lane == CLIENT_UNKNOWN) {
     refuse(f->config, envoy, setting(f->config, S_UNKNOWN_CLIENT), NULL);
     return SG_CONTINUE;

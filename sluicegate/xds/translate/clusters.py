@@ -23,7 +23,8 @@ from endpoint metadata (endpoints.py):
    attempt stage, so keys are never sent to the ext_proc server;
 4. what the provider receives (forwarded_headers.py): every request header off its
    allowlist is removed (the provider header too, now that the credentials filter has
-   matched on it), its fixed headers are set, credentials leave the query string. Last,
+   matched on it), its fixed headers are set (credentials left the query string before
+   routing: model_reader.py, filters/request_limits.py). Last,
    so nothing an earlier filter or the router added slips through. With the native
    library (docs/native-filters.md), its filter in place of header_mutation's;
 5. upstream_codec, which must be last.

@@ -1,6 +1,7 @@
 """What a provider receives: an allowlist of the client's request headers, its own fixed
 headers (docs/architecture.md, "What a provider receives"). Credentials in the query
-string are removed earlier, by the routing stage (filters/request_limits.py).
+string are removed earlier, by the routing stage (filters/request_limits.py) or, for a
+request Envoy decides alone, the model reader (model_reader.py).
 
 The last upstream filter of a route's cluster (clusters.py), run on every attempt after
 the credential injector set the provider's key:

@@ -18,6 +18,9 @@ into a document (about 40 ms a MB on Envoy's worker: a 100 KB prompt held the wo
   `none`);
 
 then clears the route cache, so the request re-matches on the metadata (routes.py).
+Before all that it removes the credentials from the query string (wire.QUERY_CREDENTIALS)
+by the routing stage's rule (filters/request_limits.py), so no provider sees them in
+this lane either (an exact-lane client's request is left to the routing stage).
 
 With tenants (docs/fast-lane.md, "Keys" and "Limits") it also reads the client Envoy's
 key check named in wire.CLIENT_HEADER (the header stays for the routing stage's filter,
@@ -152,7 +155,35 @@ for rank, name in ipairs({_lua_list(classes)}) do RANK[name] = rank end
 local HELD = {{}}
 for _, name in ipairs({_lua_list(tuple(sorted(held)))}) do HELD[name] = true end
 local SCENARIOS = {"true" if scenarios else "false"}
+local CREDENTIALS = {{}}
+for _, name in ipairs({_lua_list(tuple(sorted(wire.QUERY_CREDENTIALS)))}) do
+  CREDENTIALS[name] = true
+end
 local find, sub, byte = string.find, string.sub, string.byte
+
+-- A query parameter's name as the routing stage compares it with CREDENTIALS
+-- (filters/request_limits.py's credential_name): the bytes before its first `=`, `+` a
+-- space, each `%XX` its byte, ASCII whitespace trimmed, in lower case, `-` as `_`.
+local function credential_name(part)
+  local name = string.gsub(string.match(part, "^[^=]*"), "%+", " ")
+  name = string.gsub(name, "%%(%x%x)", function(hex) return string.char(tonumber(hex, 16)) end)
+  name = string.match(name, "^[ \t\n\v\f\r]*(.-)[ \t\n\v\f\r]*$")
+  return (string.gsub(string.lower(name), "-", "_"))
+end
+
+-- The path without its CREDENTIALS parameters, the rest kept byte for byte
+-- (filters/request_limits.py's without_query_credentials), or nil when it has none.
+local function without_credentials(path)
+  local mark = find(path, "?", 1, true)
+  if mark == nil or mark == 1 then return nil end  -- every path Envoy passes starts with /
+  local kept, removed = {{}}, false
+  for part in string.gmatch(sub(path, mark + 1) .. "&", "([^&]*)&") do
+    if CREDENTIALS[credential_name(part)] then removed = true else kept[#kept + 1] = part end
+  end
+  if not removed then return nil end
+  if #kept == 0 then return sub(path, 1, mark - 1) end
+  return sub(path, 1, mark) .. table.concat(kept, "&")
+end
 
 -- The index of the quote that closes the string opened at `i`, or nil.
 local function string_end(text, i)
@@ -379,6 +410,9 @@ function envoy_on_request(handle)
   local headers = handle:headers()
   local lane, tenant, key = client(handle, headers)
   if lane == "{LANE_EXACT}" then return end  -- the routing stage decides it
+  -- No provider sees a credential in the query string, as the routing stage removes them.
+  local sent = without_credentials(headers:get(":path") or "")
+  if sent ~= nil then headers:replace(":path", sent) end
   local asked = headers:get("{wire.PRIORITY_HEADER}")  -- the wrapper is void after body()
   local scenario = SCENARIOS and headers:get("{wire.SCENARIO_HEADER}") or nil
   if lane == "{UNKNOWN_CLIENT.problem}" then return refuse(handle, lane) end

@@ -136,6 +136,7 @@ def model_reader_config(facts: ReaderFacts) -> str:
         "meta_charged_tenant": wire.META_CHARGED_TENANT,
         "meta_usage_injected": wire.META_USAGE_INJECTED,
         "injected_value": wire.USAGE_INJECTED_TRUE,
+        "query_credentials": ",".join(sorted(wire.QUERY_CREDENTIALS)),
     }
     lines = [f"{key}={value}" for key, value in pairs.items()]
     lines += [f"class={name}" for name in facts.classes]
