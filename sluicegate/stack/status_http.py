@@ -23,7 +23,6 @@ from sluicegate.lanes import TenantLane
 from sluicegate.latency import ProviderWeight
 from sluicegate.stack.control_plane import ControlPlane
 from sluicegate.stack.http_site import serve_app, status_endpoint
-from sluicegate.xds.server import NodeStatus
 
 
 class ControlPlaneCollector(Collector):
@@ -195,7 +194,8 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
         },
         "routing": routing_document(cp.latency.report()),
         "lanes": lanes_document(cp.lanes.report()),
-        "nodes": [_node_document(cp, node) for node in cp.cache.status()],
+        # Each with the versions of its own view of what it is served (rule 3).
+        "nodes": [node.to_dict() for node in cp.cache.status()],
         # The gates Envoy enforces and the limits it was given (`up` adds how full its
         # Envoy holds them: stack/envoy_gates.py).
         "envoy_gates": {}
@@ -206,15 +206,6 @@ def status_document(cp: ControlPlane) -> dict[str, Any]:
             if route.envoy_gate is not None
         },
     }
-
-
-def _node_document(cp: ControlPlane, node: NodeStatus) -> dict[str, Any]:
-    """A node's status; one in a class (its own native library) has its own versions."""
-    document = node.to_dict()
-    if node.node_class is not None:
-        own = cp.cache.get_snapshot(node.node_id)
-        document["serving"] = {} if own is None else own.versions()
-    return document
 
 
 def make_app(cp: ControlPlane) -> web.Application:

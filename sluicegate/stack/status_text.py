@@ -114,8 +114,9 @@ def _envoys(document: Mapping[str, Any], now: float) -> list[str]:
     ]
     lines = _table(("NODE", "ROLE", "STREAM", "CONNECTED"), summary)
     for node in nodes:
-        # A node in a class (its own native filters library) is served its own versions.
-        served = _mapping(node.get("serving")) or _mapping(document.get("versions"))
+        # Each node's own view: its class's snapshot (its native filters library), and
+        # of each type only what it subscribed to (another Envoy's ECDS is not its).
+        served = _mapping(node.get("serving"))
         native = f" (native filters: {node['class']})" if node.get("class") else ""
         lines += ["", f"  {node.get('node_id', '?')}{native}"]
         lines += _table(("TYPE", "ACKED", "LAST NACK"), _type_rows(node, served, now), indent=4)

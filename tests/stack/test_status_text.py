@@ -70,6 +70,7 @@ def document() -> dict[str, Any]:
                 "connected_since": NOW - 3600,
                 "acked": {CLUSTER: "c1", LISTENER: "l2"},
                 "sent": {CLUSTER: "c1", LISTENER: "l2"},
+                "serving": {CLUSTER: "c1", LISTENER: "l2"},
                 "nacks": {},
                 "last_nacks": {LISTENER: {**NACK, "count": 2}},
             }
@@ -203,9 +204,14 @@ def test_a_live_nack_is_marked_and_is_a_problem() -> None:
 
 
 def test_a_node_behind_shows_what_is_served() -> None:
+    """Against the version of the node's own view, not the document's `versions` (the
+    snapshot's, which hash resources a node may never ask for)."""
     doc = document()
     doc["nodes"][0]["acked"][CLUSTER] = "c0"
-    assert row(section(render_status(doc, NOW), "Envoys"), "Cluster")[1] == "c0 (serving c1)"
+    doc["versions"][LISTENER] = "l-all"
+    envoys = section(render_status(doc, NOW), "Envoys")
+    assert row(envoys, "Cluster")[1] == "c0 (serving c1)"
+    assert row(envoys, "Listener")[1] == "l2"
 
 
 def test_providers_merge_envoys_health_with_the_control_planes_weights() -> None:

@@ -3,6 +3,7 @@ them (rule 14), and that changing one filter config pushes only that (rule 7).""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from envoy.extensions.http.injected_credentials.generic.v3 import generic_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
+from sluicegate.stack.status_text import render_status
 from sluicegate.xds.resource import (
     CLUSTER,
     ENDPOINT,
@@ -226,3 +228,38 @@ async def test_delta_filter_config_removed_after_the_listener_stops_naming_it(ad
         (EXTENSION_CONFIG, [], ["g"]),
     ]
     await raw.quiet()
+
+
+async def test_a_node_is_not_behind_on_configs_it_never_asked_for(ads: Ads) -> None:
+    """`sluicegate status` compares what a node ACKed with the version of its own view:
+    a snapshot's other filter configs (another Envoy's, such as Envoy's own filters beside
+    the native library's) do not make it look behind ("(serving …)" for ever, seen on
+    the quickstart), while a change it has not ACKed yet does."""
+    ads.cache.set_snapshot(ecds_snapshot({"f": "v1", "g": "v1"}))
+    raw = ads.sotw()
+    await raw.send(node=ads.node("n"), type_url=LISTENER)
+    await raw.ack(await raw.recv())
+    await raw.send(type_url=EXTENSION_CONFIG, resource_names=["f"])  # f alone
+    await raw.ack(await raw.recv(), ["f"])
+
+    def ecds_row() -> str:
+        (node,) = ads.cache.status()
+        snapshot = ads.cache.get_snapshot("n")
+        assert snapshot is not None
+        document = {"nodes": [node.to_dict()], "versions": snapshot.versions()}
+        text = render_status(document, time.time())
+        (row,) = [line.split() for line in text.splitlines() if "TypedExtensionConfig" in line]
+        return " ".join(row[1:-1])  # ACKED, without LAST NACK's "-"
+
+    await raw.quiet(0.1)
+    acked = ads.cache.status()[0].acked_versions()[EXTENSION_CONFIG]
+    assert ecds_row() == acked
+    ads.cache.set_snapshot(ecds_snapshot({"f": "v1", "g": "v2"}))  # not the node's
+    await raw.quiet()
+    assert ecds_row() == acked
+    ads.cache.set_snapshot(ecds_snapshot({"f": "v2", "g": "v2"}))  # the node's
+    pushed = await raw.recv()
+    assert ecds_row() == f"{acked} (serving {pushed.version_info})"
+    await raw.ack(pushed, ["f"])
+    await raw.quiet(0.1)
+    assert ecds_row() == pushed.version_info

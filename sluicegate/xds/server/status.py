@@ -46,6 +46,10 @@ class TypeStatus:
     acked_at: float | None = None
     sent_version: str | None = None
     sent_at: float | None = None
+    #: The version of the node's view of its newest snapshot (the resources it subscribed
+    #: to, rule 3): what it acks once every push reached it. Not the snapshot's version of
+    #: the type, which covers resources the node never asked for (another Envoy's ECDS).
+    serving_version: str | None = None
     last_nack: NackRecord | None = None
     nack_count: int = 0
     #: True while the latest answer for this type was a NACK.
@@ -85,7 +89,8 @@ class NodeStatus:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: `acked` (type → version), `nacks` (live errors only),
+        """JSON-ready: `acked` (type → version), `serving` (type → the version of its
+        view of the newest snapshot: TypeStatus.serving_version), `nacks` (live errors only),
         `last_nacks` (most recent NACK per type, even if a later ACK fixed it)."""
         return {
             "node_id": self.node_id,
@@ -98,6 +103,7 @@ class NodeStatus:
             "class": self.node_class,
             "acked": self.acked_versions(),
             "sent": {t: s.sent_version for t, s in self.types.items() if s.sent_version},
+            "serving": {t: s.serving_version for t, s in self.types.items() if s.serving_version},
             "nacks": {t: n.to_dict() for t, n in self.current_nacks().items()},
             "last_nacks": {
                 t: {**s.last_nack.to_dict(), "count": s.nack_count}
@@ -157,6 +163,10 @@ class AdsStatus:
         ts = node.types.setdefault(type_url, TypeStatus())
         ts.sent_version = version
         ts.sent_at = time.time()
+
+    @staticmethod
+    def serving(node: NodeStatus, type_url: str, version: str) -> None:
+        node.types.setdefault(type_url, TypeStatus()).serving_version = version
 
     @staticmethod
     def acked(node: NodeStatus, type_url: str, version: str) -> None:

@@ -234,6 +234,7 @@ class AdsStream(abc.ABC):
                 if event is _Event.SNAPSHOT:
                     self._dirty = False
                     self._start_plan()
+                    self.note_serving(self.types)
                 elif event is _Event.TIMEOUT:
                     gate = self._gate
                     self._gate = None
@@ -290,6 +291,7 @@ class AdsStream(abc.ABC):
         if self.node_id is None:
             self._identify(request)
         await self._on_request(request)
+        self.note_serving((request.type_url,))
         eds = self.types.get(ENDPOINT)
         if eds is not None and eds.resend:
             # A cluster changed in an answer to this request; its endpoints follow it.
@@ -416,6 +418,22 @@ class AdsStream(abc.ABC):
         }  # fmt: skip
         state.resend.clear()
         return forced
+
+    def note_serving(self, type_urls: Iterable[str]) -> None:
+        """Record, for status, the version of the client's view of its newest snapshot
+        (rule 3's hash, as a response would carry it) for each type it subscribes to:
+        after a new snapshot and after each request (its subscription may have changed)."""
+        snapshot = self.snapshot()
+        if snapshot is None or self.node is None:
+            return
+        for type_url in type_urls:
+            state = self.types.get(type_url)
+            if state is None:
+                continue
+            resources = snapshot.resources(type_url)
+            view = intern(wanted(resources, state.sub), resources)
+            version = self.version_of(view, snapshot, type_url)
+            self._cache.ads_status.serving(self.node, type_url, version)
 
     def record_sent(self, type_url: str, version: str) -> None:
         if self.node is not None:
