@@ -96,6 +96,8 @@ def without_query_credentials(path: bytes) -> bytes | None:
     compared; what is kept is kept as sent. The rule, byte for byte, of the fast lane's
     model readers too (xds/translate/model_reader.py, native/c/model_filter.c)."""
     target, _, query = path.partition(b"?")
+    if not target:
+        return None  # all query: Envoy passes no such path (every one starts with `/`)
     parts = query.split(b"&")
     kept = [part for part in parts if credential_name(part) not in _CREDENTIALS]
     if len(kept) == len(parts):

@@ -188,6 +188,9 @@ def setup(
     try:
         doc = document(a, b, extras=extras, fast=fast)
         with running_stack(tmp, doc) as stack:
+            if fast == "node":  # `up` built the library and its Envoy loaded it
+                (node,) = stack.status()["nodes"]
+                assert node["class"], node
             yield Setup(stack.gateway, a, b)
     finally:
         for server in servers:

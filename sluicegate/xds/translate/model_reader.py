@@ -160,6 +160,17 @@ for _, name in ipairs({_lua_list(tuple(sorted(wire.QUERY_CREDENTIALS)))}) do
   CREDENTIALS[name] = true
 end
 local find, sub, byte = string.find, string.sub, string.byte
+local SPACE = {{[9] = true, [10] = true, [11] = true, [12] = true, [13] = true, [32] = true}}
+
+-- `text` without its leading and trailing ASCII whitespace (Lua's %s) in one pass. A
+-- client sends the text, and a pattern such as "^%s*(.-)%s*$" rescans the tail at every
+-- length it tries: quadratic (a 16 KB header held a worker for about a second).
+local function trimmed(text)
+  local first, last = 1, #text
+  while first <= last and SPACE[byte(text, first)] do first = first + 1 end
+  while last >= first and SPACE[byte(text, last)] do last = last - 1 end
+  return sub(text, first, last)
+end
 
 -- A query parameter's name as the routing stage compares it with CREDENTIALS
 -- (filters/request_limits.py's credential_name): the bytes before its first `=`, `+` a
@@ -167,8 +178,7 @@ local find, sub, byte = string.find, string.sub, string.byte
 local function credential_name(part)
   local name = string.gsub(string.match(part, "^[^=]*"), "%+", " ")
   name = string.gsub(name, "%%(%x%x)", function(hex) return string.char(tonumber(hex, 16)) end)
-  name = string.match(name, "^[ \t\n\v\f\r]*(.-)[ \t\n\v\f\r]*$")
-  return (string.gsub(string.lower(name), "-", "_"))
+  return (string.gsub(string.lower(trimmed(name)), "-", "_"))
 end
 
 -- The path without its CREDENTIALS parameters, the rest kept byte for byte
@@ -399,7 +409,10 @@ end
 -- joins a repeated header's), trimmed of ASCII whitespace, in lower case.
 local function priority(header, facts)
   if header == nil then return facts.priority end
-  local asked = string.lower(string.match(string.match(header, "[^,]*$"), "^%s*(.-)%s*$"))
+  -- After the last comma, found from the end (a pattern would rescan: trimmed's why).
+  local at = #header
+  while at > 0 and byte(header, at) ~= 44 do at = at - 1 end
+  local asked = string.lower(trimmed(sub(header, at + 1)))
   if asked == "" then return facts.priority end
   local rank = RANK[asked]
   if rank == nil or rank < RANK[facts.priority] then return nil end
