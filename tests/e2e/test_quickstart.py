@@ -240,6 +240,29 @@ def test_status_command_reports_nodes(stack: Stack) -> None:
     assert set(document["models"]) == {"gpt-4o-mini", "qwen-plus", "deepseek-chat"}
 
 
+def test_a_settled_envoy_is_not_shown_behind(stack: Stack) -> None:
+    """Once its pushes are ACKed, the node holds what it is served, type by type, and the
+    text shows no "(serving ...)": before f73b945 its filter configs (ECDS) showed it
+    behind for ever, compared with a snapshot version that also hashed Envoy's own
+    filters beside the native library's (docs/operations.md, "Status and metrics")."""
+    deadline = time.monotonic() + 15
+    while True:
+        (node,) = stack.status()["nodes"]
+        if node["acked"] == node["serving"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert node["acked"] == node["serving"], node
+    assert any("TypedExtensionConfig" in type_url for type_url in node["acked"]), node
+    result = subprocess.run(
+        [sys.executable, "-m", "sluicegate", "status", "--address",
+         stack.doc["sluicegate"]["http"]],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert "TypedExtensionConfig" in result.stdout and "(serving" not in result.stdout, (
+        result.stdout
+    )
+
+
 def _ports_free(ports: list[int]) -> bool:
     for port in ports:
         with socket.socket() as probe:
