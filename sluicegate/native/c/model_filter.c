@@ -411,8 +411,6 @@ static int hex_digit(char c) {
   return -1;
 }
 
-static bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
-
 /* Whether the query parameter s[0..n) is a credential: its name (to its first `=`) read
  * by the routing stage's rule (filters/request_limits.py's credential_name: `+` a space,
  * each `%XX` its byte, ASCII whitespace trimmed, ASCII letters in lower case, `-` as `_`)
@@ -430,7 +428,7 @@ static bool is_credential(const config_t *config, const char *s, size_t n) {
       c = (char)(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
       i += 2;
     }
-    if (is_ascii_space(c)) {
+    if (sg_is_lua_space(c)) { /* ASCII whitespace, as Python's bytes.strip() */
       spaced = length > 0;
       continue;
     }

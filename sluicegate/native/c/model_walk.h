@@ -41,7 +41,8 @@ typedef struct {
  * in another case) or "object" (one whole JSON value that is not an object). */
 const char *sg_walk_body(const sg_members *members, const char *s, size_t n, sg_walk *out);
 
-/* Lua's %s: the bytes a scalar ends at (with , } and ]), and what a class is trimmed of. */
+/* Lua's %s: the bytes a scalar ends at (with , } and ]), and what a class and a query
+ * parameter's name are trimmed of. */
 bool sg_is_lua_space(char c);
 /* Whether a raw value is exactly `word`. */
 bool sg_raw_is(sg_span v, const char *word);
