@@ -164,7 +164,8 @@ local SPACE = {{[9] = true, [10] = true, [11] = true, [12] = true, [13] = true, 
 
 -- `text` without its leading and trailing ASCII whitespace (Lua's %s) in one pass. A
 -- client sends the text, and a pattern such as "^%s*(.-)%s*$" rescans the tail at every
--- length it tries: quadratic (a 16 KB header held a worker for about a second).
+-- length it tries: quadratic (about a second for a 16 KB header under LuaJIT 2.1,
+-- measured outside Envoy).
 local function trimmed(text)
   local first, last = 1, #text
   while first <= last and SPACE[byte(text, first)] do first = first + 1 end
